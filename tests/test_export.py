@@ -1,0 +1,124 @@
+"""The library and the Colab notebooks are generated from the chapters: check that they agree."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_export(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(root / "tools" / "export.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+
+
+def test_generated_files_match_the_chapters():
+    result = run_export(ROOT, "--check")
+    assert result.returncode == 0, (
+        "transformer_lib, book/api.md or a paired notebook differs from what the chapters generate; "
+        "run `python tools/export.py`.\n" + result.stderr
+    )
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    """A copy of the parts of the repository the exporter reads and writes."""
+    for name in ["book", "tools", "transformer_lib"]:
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    return tmp_path
+
+
+def first_chapter_with_exports(root: Path) -> Path:
+    for path in sorted((root / "book").glob("[0-9][0-9]_*.md")):
+        if "#| export" in path.read_text(encoding="utf-8"):
+            return path
+    raise AssertionError("no chapter has an export cell")
+
+
+def test_editing_an_exported_cell_fails_the_check_until_regenerated(repo_copy: Path):
+    chapter = first_chapter_with_exports(repo_copy)
+    text = chapter.read_text(encoding="utf-8")
+    edited = text.replace("#| export\n", "#| export\nEDITED_IN_TEST = 1\n", 1)
+    chapter.write_text(edited, encoding="utf-8")
+
+    stale = run_export(repo_copy, "--check")
+    assert stale.returncode == 1
+    module = re.search(r"#\|\s*default_exp\s+(\w+)", text).group(1)
+    assert f"transformer_lib/{module}.py" in stale.stderr
+    assert chapter.with_suffix(".ipynb").name in stale.stderr
+
+    assert run_export(repo_copy).returncode == 0
+    assert run_export(repo_copy, "--check").returncode == 0
+    generated = (repo_copy / "transformer_lib" / f"{module}.py").read_text(encoding="utf-8")
+    assert "EDITED_IN_TEST = 1" in generated
+    assert '"EDITED_IN_TEST"' in (repo_copy / "transformer_lib" / "__init__.py").read_text()
+
+
+def test_regenerating_is_byte_stable(repo_copy: Path):
+    notebooks = sorted((repo_copy / "book").glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks, "every chapter has a paired notebook"
+    before = {p: p.read_bytes() for p in notebooks}
+    assert run_export(repo_copy).returncode == 0
+    assert {p: p.read_bytes() for p in notebooks} == before
+
+
+def test_generated_module_names_its_chapter():
+    chapter = first_chapter_with_exports(ROOT)
+    module = re.search(r"#\|\s*default_exp\s+(\w+)", chapter.read_text()).group(1)
+    head = (ROOT / "transformer_lib" / f"{module}.py").read_text(encoding="utf-8").splitlines()[:2]
+    assert f"book/{chapter.name}" in head[0]
+    assert "do not edit" in head[0]
+
+
+def test_fork_url_is_propagated_to_every_install_cell(repo_copy: Path):
+    config = repo_copy / "_config.yml"
+    text = config.read_text(encoding="utf-8")
+    url = re.search(r"^  url: (\S+)$", text, re.MULTILINE).group(1)
+    config.write_text(text.replace(url, "https://github.com/someone/fork"), encoding="utf-8")
+
+    assert run_export(repo_copy, "--check").returncode == 1
+    assert run_export(repo_copy).returncode == 0
+    for chapter in (repo_copy / "book").glob("[0-9][0-9]_*.md"):
+        assert "git+https://github.com/someone/fork@main" in chapter.read_text(encoding="utf-8")
+    for notebook in (repo_copy / "book").glob("[0-9][0-9]_*.ipynb"):
+        assert "git+https://github.com/someone/fork@main" in notebook.read_text(encoding="utf-8")
+
+
+def test_export_cell_without_a_module_is_an_error(repo_copy: Path):
+    chapter = first_chapter_with_exports(repo_copy)
+    text = chapter.read_text(encoding="utf-8")
+    chapter.write_text(re.sub(r"#\|\s*default_exp\s+\w+\n", "", text), encoding="utf-8")
+    result = run_export(repo_copy, "--check")
+    assert result.returncode == 2
+    assert chapter.name in result.stderr and "default_exp" in result.stderr
+
+
+def test_a_removed_chapter_leaves_no_stale_module(repo_copy: Path):
+    chapters = sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))
+    last = chapters[-1]
+    module = re.search(r"#\|\s*default_exp\s+(\w+)", last.read_text()).group(1)
+    last.unlink()
+    result = run_export(repo_copy, "--check")
+    assert result.returncode == 1
+    assert f"transformer_lib/{module}.py" in result.stderr
+    assert run_export(repo_copy).returncode == 0
+    assert not (repo_copy / "transformer_lib" / f"{module}.py").exists()
+    assert not last.with_suffix(".ipynb").exists()
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = re.findall(r"```bash\n(python3 -m venv [^\n]+)\n```", readme)
+    assert len(commands) == 2, "the README gives two set-up commands: build the book, run the tests"
+    for command in commands:
+        assert command in ci.splitlines()
