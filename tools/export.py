@@ -131,9 +131,10 @@ class Chapter:
 
     def module_source(self) -> str:
         names = ",\n".join(f'    "{n}"' for n in self.names)
+        title = re.sub(r"^[0-9]+[.]\s*", "", self.title)  # "1. From text to tensors" -> "From ..."
         return (
             MODULE_HEADER.format(chapter=rel(self.path))
-            + f'"""{self.title}.\n\nExported from the chapter `{rel(self.path)}`.\n"""\n\n'
+            + f'"""{title}.\n\nExported from the chapter `{rel(self.path)}`.\n"""\n\n'
             + f"__all__ = [\n{names},\n]\n\n"
             + self.code
         )

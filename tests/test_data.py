@@ -1,0 +1,481 @@
+"""Unit tests for transformer_lib.data (chapter 1, "From text to tensors"). No network access."""
+
+import hashlib
+import io
+import os
+import pathlib
+import re
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_lib.data import (
+    CACHE_ENV,
+    DATA_ENV,
+    TINY_SHAKESPEARE_SHA256,
+    TINY_SHAKESPEARE_URL,
+    CharTokenizer,
+    cache_dir,
+    fetch,
+    get_batch,
+    load_tiny_shakespeare,
+    sha256sum,
+    train_val_split,
+)
+
+CONTENT = b"To be, or not to be: that is the question.\n"
+DIGEST = hashlib.sha256(CONTENT).hexdigest()
+NAME = "hamlet.txt"
+URL = "https://example.invalid/hamlet.txt"
+
+
+@pytest.fixture
+def isolated(monkeypatch, tmp_path):
+    """No data override, an empty cache under tmp_path, and a network that fails the test if touched."""
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the network was touched")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    return tmp_path
+
+
+@pytest.fixture
+def local_copy(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / NAME).write_bytes(CONTENT)
+    return folder
+
+
+# ---------------------------------------------------------------- cache_dir, sha256sum
+
+
+def test_cache_dir_default_and_override(monkeypatch, tmp_path):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    assert cache_dir() == pathlib.Path.home() / ".cache" / "transformer_lib"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert cache_dir() == tmp_path
+
+
+def test_sha256sum_matches_hashlib_across_chunk_boundaries(tmp_path):
+    payload = os.urandom(3 * (1 << 20) + 123)  # spans several 1 MiB chunks
+    f = tmp_path / "blob"
+    f.write_bytes(payload)
+    assert sha256sum(f) == hashlib.sha256(payload).hexdigest()
+    assert sha256sum(str(f)) == hashlib.sha256(payload).hexdigest()
+
+
+def test_sha256sum_rejects_non_path():
+    with pytest.raises(TypeError, match="path"):
+        sha256sum(123)
+
+
+# ---------------------------------------------------------------- fetch: local sources
+
+
+def test_fetch_explicit_path_file_and_directory(isolated, local_copy):
+    assert fetch(NAME, URL, DIGEST, path=local_copy / NAME) == local_copy / NAME
+    assert fetch(NAME, URL, DIGEST, path=local_copy) == local_copy / NAME
+    assert fetch(NAME, URL, DIGEST, path=str(local_copy)) == local_copy / NAME
+
+
+def test_fetch_env_override_file_and_directory(isolated, local_copy, monkeypatch):
+    monkeypatch.setenv(DATA_ENV, str(local_copy))
+    assert fetch(NAME, URL, DIGEST) == local_copy / NAME
+    monkeypatch.setenv(DATA_ENV, str(local_copy / NAME))
+    assert fetch(NAME, URL, DIGEST) == local_copy / NAME
+
+
+def test_fetch_explicit_path_beats_env(isolated, local_copy, monkeypatch, tmp_path):
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "does-not-exist"))
+    assert fetch(NAME, URL, DIGEST, path=local_copy) == local_copy / NAME
+
+
+def test_fetch_checksum_mismatch_names_both_digests(isolated, local_copy):
+    wrong = "0" * 64
+    with pytest.raises(ValueError, match="checksum mismatch") as info:
+        fetch(NAME, URL, wrong, path=local_copy)
+    message = str(info.value)
+    assert wrong in message and DIGEST in message and NAME in message
+
+
+def test_fetch_missing_env_override_names_variable(isolated, monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv(DATA_ENV, str(missing))
+    with pytest.raises(FileNotFoundError, match=DATA_ENV) as info:
+        fetch(NAME, URL, DIGEST)
+    assert str(missing) in str(info.value)
+
+
+def test_fetch_env_directory_without_file(isolated, monkeypatch, tmp_path):
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=rf"{DATA_ENV}.*{re.escape(repr(NAME))}"):
+        fetch(NAME, URL, DIGEST)
+
+
+def test_fetch_missing_path_argument_names_path(isolated, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"fetch: path points to .*nowhere"):
+        fetch(NAME, URL, DIGEST, path=tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        (dict(filename="dir/x.txt"), ValueError, "filename"),
+        (dict(filename=""), ValueError, "filename"),
+        (dict(filename=3), TypeError, "filename"),
+        (dict(url=None), TypeError, "url"),
+        (dict(sha256="abc"), ValueError, "sha256"),
+        (dict(sha256="z" * 64), ValueError, "sha256"),
+        (dict(path=3), TypeError, "path"),
+    ],
+)
+def test_fetch_bad_arguments(isolated, kwargs, exc, pattern):
+    args = dict(filename=NAME, url=URL, sha256=DIGEST)
+    path = kwargs.pop("path", None)
+    args.update(kwargs)
+    with pytest.raises(exc, match=pattern):
+        fetch(args["filename"], args["url"], args["sha256"], path=path)
+
+
+# ---------------------------------------------------------------- fetch: cache and download
+
+
+def test_fetch_cache_hit_does_not_touch_network(isolated):
+    cached = cache_dir() / NAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(CONTENT)
+    assert fetch(NAME, URL, DIGEST) == cached  # urlopen raises if called
+
+
+def test_fetch_corrupt_cache_is_reported(isolated):
+    cached = cache_dir() / NAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"tampered")
+    with pytest.raises(ValueError, match=r"checksum mismatch for the cached file"):
+        fetch(NAME, URL, DIGEST)
+
+
+def _serve(monkeypatch, payload, calls):
+    def fake_urlopen(url, timeout=None):
+        calls.append((url, timeout))
+        return io.BytesIO(payload)
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+
+
+def test_fetch_downloads_verifies_and_caches(isolated, monkeypatch):
+    calls = []
+    _serve(monkeypatch, CONTENT, calls)
+    got = fetch(NAME, URL, DIGEST)
+    assert got == cache_dir() / NAME
+    assert got.read_bytes() == CONTENT and sha256sum(got) == DIGEST
+    assert calls == [(URL, calls[0][1])] and calls[0][1] is not None  # one call, with a timeout
+    assert sorted(p.name for p in cache_dir().iterdir()) == [NAME]  # no temporary file left
+    fetch(NAME, URL, DIGEST)  # second call: served from the cache
+    assert len(calls) == 1
+
+
+def test_fetch_bad_download_leaves_nothing(isolated, monkeypatch):
+    _serve(monkeypatch, b"not the pinned file", [])
+    with pytest.raises(ValueError, match="checksum mismatch") as info:
+        fetch(NAME, URL, DIGEST)
+    assert DIGEST in str(info.value)
+    assert hashlib.sha256(b"not the pinned file").hexdigest() in str(info.value)
+    assert list(cache_dir().iterdir()) == []
+
+
+def test_fetch_network_failure_is_connection_error(isolated, monkeypatch):
+    def offline(url, timeout=None):
+        raise urllib.error.URLError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(ConnectionError, match=DATA_ENV) as info:
+        fetch(NAME, URL, DIGEST)
+    assert isinstance(info.value, OSError)
+    assert "name resolution" in str(info.value) and NAME in str(info.value)
+    assert list(cache_dir().iterdir()) == []
+
+
+def test_fetch_http_error_is_connection_error(isolated, monkeypatch):
+    def not_found(url, timeout=None):
+        raise urllib.error.HTTPError(url, 404, "Not Found", None, None)
+
+    monkeypatch.setattr(urllib.request, "urlopen", not_found)
+    with pytest.raises(ConnectionError, match="404"):
+        fetch(NAME, URL, DIGEST)
+
+
+# ---------------------------------------------------------------- the real corpus
+
+
+@pytest.mark.skipif(not os.environ.get(DATA_ENV), reason=f"{DATA_ENV} is not set (no offline corpus)")
+def test_load_tiny_shakespeare_real_corpus():
+    text = load_tiny_shakespeare()
+    assert len(text) == 1_115_394 and len(text.encode("utf-8")) == 1_115_394
+    assert text.startswith("First Citizen:\nBefore we proceed any further, hear me speak.")
+    assert CharTokenizer.from_text(text).vocab_size == 65
+
+
+def test_load_tiny_shakespeare_rejects_wrong_file(isolated, local_copy):
+    (local_copy / "tinyshakespeare.txt").write_bytes(CONTENT)
+    with pytest.raises(ValueError, match=TINY_SHAKESPEARE_SHA256):
+        load_tiny_shakespeare(path=local_copy)
+
+
+def test_constants():
+    assert TINY_SHAKESPEARE_URL.startswith("https://raw.githubusercontent.com/karpathy/char-rnn/")
+    assert DATA_ENV == "TRANSFORMER_LIB_DATA" and CACHE_ENV == "TRANSFORMER_LIB_CACHE"
+
+
+# ---------------------------------------------------------------- CharTokenizer
+
+
+def test_from_text_sorts_by_code_point():
+    tok = CharTokenizer.from_text("hello world\n")
+    assert tok.chars == ("\n", " ", "d", "e", "h", "l", "o", "r", "w")
+    assert tok.vocab_size == len(tok) == 9
+    assert CharTokenizer.from_text("dlrow olleh\n").chars == tok.chars  # order of the text is irrelevant
+    assert dict(tok.stoi) == {c: i for i, c in enumerate(tok.chars)}
+    assert tok.itos[4] == "h"
+
+
+def test_encode_decode_hand_computed():
+    tok = CharTokenizer.from_text("hello")  # e=0, h=1, l=2, o=3
+    assert tok.encode("hole") == [1, 3, 2, 0]
+    assert tok.encode("") == []
+    assert tok.decode([1, 0, 2, 2, 3]) == "hello"
+    assert tok.decode([]) == ""
+
+
+def test_explicit_vocabulary_order_is_kept():
+    tok = CharTokenizer(["z", "a", "\n"])
+    assert tok.encode("a\nz") == [1, 2, 0]
+    assert CharTokenizer("cab").encode("abc") == [1, 2, 0]
+
+
+def test_round_trip():
+    text = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
+    tok = CharTokenizer.from_text(text)
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_decode_accepts_numpy_and_tensors():
+    tok = CharTokenizer.from_text("hello")
+    for ids in (
+        np.array([1, 0, 2, 2, 3]),
+        np.array([1, 0, 2, 2, 3], dtype=np.uint8),
+        torch.tensor([1, 0, 2, 2, 3]),
+        torch.tensor([1, 0, 2, 2, 3], dtype=torch.int32),
+        (1, 0, 2, 2, 3),
+        [np.int64(1), 0, 2, 2, 3],
+    ):
+        assert tok.decode(ids) == "hello"
+
+
+def test_stoi_is_read_only():
+    tok = CharTokenizer.from_text("ab")
+    with pytest.raises(TypeError):
+        tok.stoi["c"] = 2
+
+
+def test_repr():
+    assert repr(CharTokenizer.from_text("ba")) == "CharTokenizer(vocab_size=2, chars='ab')"
+
+
+def test_encode_unknown_characters_message():
+    tok = CharTokenizer.from_text("abc ")
+    with pytest.raises(ValueError) as info:
+        tok.encode("ab é c é ☕")
+    message = str(info.value)
+    assert "text" in message and "vocab_size=4" in message
+    assert "3 characters (2 distinct)" in message
+    assert "'é' (U+00E9) at positions 3, 7" in message
+    assert "'☕' (U+2615) at position 9" in message
+
+
+def test_encode_unknown_lists_at_most_ten_characters_and_five_positions():
+    tok = CharTokenizer.from_text("a")
+    with pytest.raises(ValueError) as info:
+        tok.encode("bbbbbbb" + "cdefghijklmnop")
+    message = str(info.value)
+    assert "'b' (U+0062) at positions 0, 1, 2, 3, 4, ..." in message
+    assert "(15 distinct)" in message and "and 5 more distinct characters" in message
+    assert "'k'" in message and "'l'" not in message  # b, c, ..., k are the first ten
+
+
+def test_encode_rejects_non_string():
+    with pytest.raises(TypeError, match="text must be a str"):
+        CharTokenizer.from_text("ab").encode(["a"])
+
+
+def test_decode_out_of_range_ids():
+    tok = CharTokenizer.from_text("hello")
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 4\).*2 out-of-range ids: 7 at position 1, -1 at position 3"):
+        tok.decode([0, 7, 1, -1])
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 4\)"):
+        tok.decode(torch.tensor([4]))
+
+
+@pytest.mark.parametrize(
+    "ids, exc, pattern",
+    [
+        ([0.0, 1.0], TypeError, "ids must hold integers"),
+        ([True, 0], TypeError, "ids must hold integers"),
+        (torch.tensor([0.0, 1.0]), TypeError, r"ids must hold integers.*float32"),
+        (np.array([0.5]), TypeError, r"ids must hold integers.*float64"),
+        (torch.zeros(2, 3, dtype=torch.long), ValueError, r"ids must be 1-D.*\(2, 3\)"),
+        (np.zeros((2, 3), dtype=np.int64), ValueError, r"ids must be 1-D"),
+        ("abc", TypeError, "ids must be a list"),
+        (5, TypeError, "ids must be a list"),
+    ],
+)
+def test_decode_bad_input(ids, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        CharTokenizer.from_text("hello").decode(ids)
+
+
+def test_constructor_rejects_bad_vocabularies():
+    with pytest.raises(ValueError, match=r"duplicates 'a' \(U\+0061\) at positions \[0, 2\]"):
+        CharTokenizer(["a", "b", "a"])
+    with pytest.raises(ValueError, match=r"single character, got 'ab' at position 1"):
+        CharTokenizer(["x", "ab"])
+    with pytest.raises(TypeError, match=r"chars must be strings, got int 3 at position 0"):
+        CharTokenizer([3])
+    with pytest.raises(ValueError, match="at least one character"):
+        CharTokenizer([])
+
+
+def test_from_text_rejects_empty_and_non_string():
+    with pytest.raises(ValueError, match="text must not be empty"):
+        CharTokenizer.from_text("")
+    with pytest.raises(TypeError, match="text must be a str"):
+        CharTokenizer.from_text(b"abc")
+
+
+# ---------------------------------------------------------------- train_val_split
+
+
+def test_train_val_split_sizes_and_contiguity():
+    data = torch.arange(1000)
+    train, val = train_val_split(data)
+    assert (len(train), len(val)) == (900, 100)
+    assert torch.equal(torch.cat([train, val]), data)
+    train, val = train_val_split(data, val_fraction=0.25)
+    assert (len(train), len(val)) == (750, 250)
+
+
+def test_train_val_split_floor_and_float_error():
+    train, val = train_val_split(torch.arange(11), 0.5)
+    assert (len(train), len(val)) == (5, 6)  # floor(11 * 0.5) = 5 for training
+    train, val = train_val_split(torch.arange(10), 0.9)  # (1 - 0.9) * 10 = 0.999... in floats
+    assert (len(train), len(val)) == (1, 9)
+
+
+@pytest.mark.parametrize("fraction", [0, 1, -0.1, 1.5])
+def test_train_val_split_rejects_fraction_out_of_range(fraction):
+    with pytest.raises(ValueError, match="val_fraction must be in"):
+        train_val_split(torch.arange(10), fraction)
+
+
+def test_train_val_split_other_errors():
+    with pytest.raises(ValueError, match="leaves the validation part empty"):
+        train_val_split(torch.arange(5), 1e-9)
+    with pytest.raises(ValueError, match="leaves the training part empty"):
+        train_val_split(torch.arange(5), 0.9)
+    with pytest.raises(ValueError, match=r"data must be 1-D, got shape \(2, 5\)"):
+        train_val_split(torch.zeros(2, 5))
+    with pytest.raises(TypeError, match="data must be a torch.Tensor"):
+        train_val_split([1, 2, 3])
+    with pytest.raises(TypeError, match="val_fraction"):
+        train_val_split(torch.arange(10), "0.1")
+
+
+# ---------------------------------------------------------------- get_batch
+
+
+def test_get_batch_shapes_dtypes_and_shift():
+    data = torch.arange(100, dtype=torch.int16)  # any integer dtype; the batch is int64
+    x, y = get_batch(data, block_size=8, batch_size=5, generator=torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 8) and x.dtype == y.dtype == torch.int64
+    assert x.is_contiguous() and y.is_contiguous()
+    assert torch.equal(y[:, :-1], x[:, 1:])
+    assert torch.equal(y, x + 1)  # data[i] == i, so every target is its input plus one
+    assert torch.equal(x - x[:, :1], torch.arange(8).expand(5, 8))
+
+
+def test_get_batch_matches_unfold_reference():
+    data = torch.randint(0, 65, (500,), generator=torch.Generator().manual_seed(1))
+    B, T = 16, 12
+    x, y = get_batch(data, T, B, generator=torch.Generator().manual_seed(1337))
+    offsets = torch.randint(len(data) - T, (B,), generator=torch.Generator().manual_seed(1337))
+    windows = data.unfold(0, T + 1, 1)[offsets]
+    assert torch.equal(x, windows[:, :-1]) and torch.equal(y, windows[:, 1:])
+
+
+def test_get_batch_offsets_cover_full_range():
+    data = torch.arange(12)
+    T = 3  # offsets 0 .. 8
+    g = torch.Generator().manual_seed(0)
+    starts = torch.cat([get_batch(data, T, 64, generator=g)[0][:, 0] for _ in range(20)])
+    assert set(starts.tolist()) == set(range(len(data) - T))
+
+
+def test_get_batch_smallest_data():
+    x, y = get_batch(torch.tensor([3, 4]), block_size=1, batch_size=3)
+    assert torch.equal(x, torch.full((3, 1), 3)) and torch.equal(y, torch.full((3, 1), 4))
+
+
+def test_get_batch_determinism():
+    data = torch.arange(1000)
+    a = get_batch(data, 16, 8, generator=torch.Generator().manual_seed(7))
+    b = get_batch(data, 16, 8, generator=torch.Generator().manual_seed(7))
+    c = get_batch(data, 16, 8, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+
+
+def test_get_batch_device_argument():
+    x, y = get_batch(torch.arange(50), 4, 2, device="cpu")
+    assert x.device.type == y.device.type == "cpu"
+    x, y = get_batch(torch.arange(50), 4, 2, device=torch.device("cpu"))
+    assert x.device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_get_batch_to_cuda():
+    data = torch.arange(1000)
+    x, y = get_batch(data, 8, 4, generator=torch.Generator().manual_seed(0), device="cuda")
+    assert x.is_cuda and y.is_cuda
+    x_cpu, y_cpu = get_batch(data, 8, 4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(x.cpu(), x_cpu) and torch.equal(y.cpu(), y_cpu)
+
+
+@pytest.mark.parametrize(
+    "data, block_size, batch_size, exc, pattern",
+    [
+        (torch.arange(10), 10, 2, ValueError, r"block_size must be smaller than len\(data\).*block_size=10.*len\(data\)=10"),
+        (torch.arange(10), 0, 2, ValueError, r"block_size must be >= 1, got block_size=0"),
+        (torch.arange(10), 4, 0, ValueError, r"batch_size must be >= 1, got batch_size=0"),
+        (torch.arange(10), 4.0, 2, TypeError, "block_size must be an int"),
+        (torch.arange(10), 4, True, TypeError, "batch_size must be an int"),
+        (torch.arange(10.0), 4, 2, TypeError, r"data must hold integer token ids.*float32"),
+        (torch.zeros(10, dtype=torch.bool), 4, 2, TypeError, "data must hold integer"),
+        (torch.zeros(2, 10, dtype=torch.long), 4, 2, ValueError, r"data must be 1-D, got shape \(2, 10\)"),
+        (list(range(10)), 4, 2, TypeError, "data must be a torch.Tensor"),
+    ],
+)
+def test_get_batch_errors(data, block_size, batch_size, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        get_batch(data, block_size, batch_size)
+
+
+def test_get_batch_rejects_bad_generator():
+    with pytest.raises(TypeError, match="generator"):
+        get_batch(torch.arange(10), 4, 2, generator=np.random.default_rng(0))
