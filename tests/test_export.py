@@ -113,12 +113,3 @@ def test_a_removed_chapter_leaves_no_stale_module(repo_copy: Path):
     assert run_export(repo_copy).returncode == 0
     assert not (repo_copy / "transformer_lib" / f"{module}.py").exists()
     assert not last.with_suffix(".ipynb").exists()
-
-
-def test_ci_runs_the_readme_test_command():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    commands = re.findall(r"```bash\n(python3 -m venv [^\n]+)\n```", readme)
-    assert len(commands) == 2, "the README gives two set-up commands: build the book, run the tests"
-    for command in commands:
-        assert command in ci.splitlines()
