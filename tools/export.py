@@ -185,7 +185,8 @@ def api_source(chapters: list[Chapter]) -> str:
             "",
             f"From the chapter [{ch.title}]({ch.path.name}).",
             "",
-            f"```{{automodule}} transformer_lib.{ch.module}\n:members:\n```",
+            # autodoc emits reStructuredText, so the directive must sit in an eval-rst block.
+            f"```{{eval-rst}}\n.. automodule:: transformer_lib.{ch.module}\n   :members:\n```",
             "",
         ]
     return "\n".join(parts)
