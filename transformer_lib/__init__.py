@@ -24,6 +24,28 @@ from transformer_lib.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
+from transformer_lib.embeddings import (
+    sinusoidal_positions,
+    SinusoidalPositionalEncoding,
+    LearnedPositionalEmbedding,
+    rope_angles,
+    apply_rope,
+)
+from transformer_lib.multihead import (
+    split_heads,
+    merge_heads,
+    MultiHeadAttention,
+)
+from transformer_lib.block import (
+    layer_norm,
+    LayerNorm,
+    rms_norm,
+    RMSNorm,
+    gelu,
+    FeedForward,
+    SwiGLU,
+    TransformerBlock,
+)
 
 __all__ = [
     "DATA_ENV",
@@ -44,4 +66,20 @@ __all__ = [
     "softmax",
     "attention_weights",
     "scaled_dot_product_attention",
+    "sinusoidal_positions",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "rope_angles",
+    "apply_rope",
+    "split_heads",
+    "merge_heads",
+    "MultiHeadAttention",
+    "layer_norm",
+    "LayerNorm",
+    "rms_norm",
+    "RMSNorm",
+    "gelu",
+    "FeedForward",
+    "SwiGLU",
+    "TransformerBlock",
 ]

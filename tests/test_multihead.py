@@ -1,0 +1,399 @@
+"""Unit tests for transformer_lib.multihead (chapter 4), against torch.nn.MultiheadAttention and autograd."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from transformer_lib.attention import causal_mask, padding_mask
+from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
+
+# float32: eps 1.2e-7, outputs of order 1, different summation orders -> a few ulp; float64 likewise.
+ATOL = {torch.float32: 1e-6, torch.float64: 1e-12}
+GRAD_ATOL = 1e-10  # float64, the backward pass chains more operations
+DTYPES = list(ATOL)
+B, L, S, D_MODEL, N_HEAD = 2, 5, 7, 12, 3
+
+
+def make_pair(dtype=torch.float64, bias=True, dropout=0.0, seed=0):
+    """torch's module (eval mode, random biases) and ours copied from it with from_torch."""
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(D_MODEL, N_HEAD, dropout=dropout, bias=bias, batch_first=True, dtype=dtype).eval()
+    if bias:
+        with torch.no_grad():  # torch initialises the biases to zero, which would leave them untested
+            ref.in_proj_bias.normal_()
+            ref.out_proj.bias.normal_()
+    return MultiHeadAttention.from_torch(ref), ref
+
+
+def make_inputs(dtype=torch.float64, seed=1, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(B, L, D_MODEL), (B, S, D_MODEL), (B, S, D_MODEL)]
+    return [torch.randn(s, generator=g, dtype=dtype).requires_grad_(requires_grad) for s in shapes]
+
+
+def random_allowed(*shape, seed=2):
+    """Random boolean mask (True = may attend) whose every row keeps key 0."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(*shape, generator=g) < 0.6
+    mask[..., 0] = True
+    return mask
+
+
+KPM_L = ~padding_mask([L, 3])  # True at padding, (B, L)
+KPM_S = ~padding_mask([S, 4])  # True at padding, (B, S)
+
+
+def assert_close(a, b, dtype, atol=None):
+    assert a.shape == b.shape, (a.shape, b.shape)
+    torch.testing.assert_close(a, b, rtol=0, atol=ATOL[dtype] if atol is None else atol)
+
+
+# ---------------------------------------------------------------- split_heads / merge_heads
+
+
+def test_split_heads_slices_channels_as_a_view():
+    x = torch.randn(2, 5, 12)
+    xh = split_heads(x, 3)
+    assert xh.shape == (2, 3, 5, 4)
+    for i in range(3):
+        assert torch.equal(xh[:, i], x[:, :, 4 * i : 4 * (i + 1)])
+    assert xh.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    xh[0, 1, 2, 3] = 123.0  # writing through the view changes x
+    assert x[0, 2, 1 * 4 + 3] == 123.0
+
+
+def test_merge_heads_inverts_split_heads():
+    x = torch.randn(2, 5, 12)
+    assert torch.equal(merge_heads(split_heads(x, 4)), x)
+    y = torch.randn(2, 4, 5, 3)
+    merged = merge_heads(y)
+    assert merged.shape == (2, 5, 12)
+    assert torch.equal(split_heads(merged, 4), y)
+
+
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        (([[1.0]], 1), TypeError, "split_heads: x must be a torch.Tensor"),
+        ((torch.zeros(2, 5, 12), 2.0), TypeError, "n_head must be an int"),
+        ((torch.zeros(2, 5, 12), True), TypeError, "n_head must be an int"),
+        ((torch.zeros(2, 5, 12), 0), ValueError, "n_head must be >= 1, got n_head=0"),
+        ((torch.zeros(5, 12), 3), ValueError, r"x must have shape \(B, T, C\), got x.shape=\(5, 12\)"),
+        ((torch.zeros(2, 5, 10), 3), ValueError, r"divisible by n_head, got x.shape=\(2, 5, 10\) and n_head=3"),
+    ],
+)
+def test_split_heads_errors(args, error, match):
+    with pytest.raises(error, match=match):
+        split_heads(*args)
+
+
+def test_merge_heads_errors():
+    with pytest.raises(TypeError, match="merge_heads: x must be a torch.Tensor"):
+        merge_heads([1.0])
+    with pytest.raises(ValueError, match=r"x must have shape \(B, h, T, d_k\), got x.shape=\(2, 5, 12\)"):
+        merge_heads(torch.zeros(2, 5, 12))
+
+
+# ---------------------------------------------------------------- construction
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_attributes_and_parameters(bias):
+    m = MultiHeadAttention(12, 3, dropout=0.1, bias=bias)
+    assert (m.d_model, m.n_head, m.head_dim, m.dropout) == (12, 3, 4, 0.1)
+    assert isinstance(m.dropout, float)
+    shapes = {name: tuple(p.shape) for name, p in m.named_parameters()}
+    expected = {"in_proj.weight": (36, 12), "out_proj.weight": (12, 12)}
+    if bias:
+        expected |= {"in_proj.bias": (36,), "out_proj.bias": (12,)}
+    assert shapes == expected
+    assert sum(p.numel() for p in m.parameters()) == 4 * 12 * 12 + (4 * 12 if bias else 0)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((10, 3), {}, ValueError, "d_model must be divisible by n_head, got d_model=10 and n_head=3"),
+        ((0, 1), {}, ValueError, "d_model must be >= 1, got d_model=0"),
+        ((12, -2), {}, ValueError, "n_head must be >= 1, got n_head=-2"),
+        ((12.0, 3), {}, TypeError, "d_model must be an int, got float"),
+        ((12, None), {}, TypeError, "n_head must be an int, got NoneType"),
+        ((12, 3), {"dropout": 1.0}, ValueError, r"dropout must be in \[0, 1\), got dropout=1.0"),
+        ((12, 3), {"dropout": -0.1}, ValueError, r"dropout must be in \[0, 1\), got dropout=-0.1"),
+        ((12, 3), {"dropout": "0.1"}, TypeError, "dropout must be a number, got str"),
+        ((12, 3), {"bias": 1}, TypeError, "bias must be a bool, got int"),
+    ],
+)
+def test_constructor_errors(args, kwargs, error, match):
+    with pytest.raises(error, match="MultiHeadAttention: " + match):
+        MultiHeadAttention(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- against nn.MultiheadAttention
+
+# Each mode: (kwargs for ours, kwargs for torch, cross-attention?). torch's boolean attn_mask is
+# True = masked, ours True = may attend; torch's 3-D mask is (B * h, L, S), ours (B, L, S).
+_ALLOWED = random_allowed(L, L)
+_ALLOWED_B = random_allowed(B, L, L, seed=3)
+_ALLOWED_BH = random_allowed(B, N_HEAD, L, S, seed=4)
+_FLOAT = torch.randn(L, L, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+MODES = {
+    "self": (dict(), dict(), False),
+    "key_padding_mask": (dict(key_padding_mask=KPM_L), dict(key_padding_mask=KPM_L), False),
+    "bool attn_mask (L, S)": (dict(attn_mask=_ALLOWED), dict(attn_mask=~_ALLOWED), False),
+    "bool attn_mask (B, L, S)": (
+        dict(attn_mask=_ALLOWED_B),
+        dict(attn_mask=~_ALLOWED_B.repeat_interleave(N_HEAD, dim=0)),
+        False,
+    ),
+    "float attn_mask": (dict(attn_mask=_FLOAT), dict(attn_mask=_FLOAT), False),
+    "causal": (dict(is_causal=True), dict(attn_mask=~causal_mask(L), is_causal=True), False),
+    "causal + key_padding_mask": (
+        dict(is_causal=True, key_padding_mask=KPM_L),
+        dict(attn_mask=~causal_mask(L), key_padding_mask=KPM_L),
+        False,
+    ),
+    "causal + float attn_mask": (
+        dict(is_causal=True, attn_mask=_FLOAT),
+        dict(attn_mask=_FLOAT.masked_fill(~causal_mask(L), float("-inf"))),
+        False,
+    ),
+    "cross": (dict(), dict(), True),
+    "cross + key_padding_mask": (dict(key_padding_mask=KPM_S), dict(key_padding_mask=KPM_S), True),
+    "cross + per-head attn_mask (B, h, L, S)": (
+        dict(attn_mask=_ALLOWED_BH),
+        dict(attn_mask=~_ALLOWED_BH.flatten(0, 1)),
+        True,
+    ),
+}
+
+
+def _cast(kwargs, dtype):
+    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
+
+
+def run_both(mode, dtype, bias, separate_kv=False, **extra):
+    ours_kw, ref_kw, cross = MODES[mode]
+    ours, ref = make_pair(dtype, bias)
+    query, key, value = make_inputs(dtype)
+    if not cross:
+        key = value = query
+    elif not separate_kv:
+        value = key
+    out = ours(query, None if not cross else key, None if not cross else value, **_cast(ours_kw, dtype), **extra)
+    want = ref(query, key, value, **_cast(ref_kw, dtype), **extra)
+    return out, want
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", list(MODES))
+def test_output_matches_torch(mode, dtype, bias):
+    (out, w), (out_ref, _) = run_both(mode, dtype, bias, need_weights=False)
+    assert w is None
+    assert out.dtype == dtype and out.shape == (B, L, D_MODEL)
+    assert_close(out, out_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_attention_with_separate_key_and_value_matches_torch(dtype):
+    (out, _), (out_ref, _) = run_both("cross + key_padding_mask", dtype, True, separate_kv=True, need_weights=False)
+    assert_close(out, out_ref, dtype)
+
+
+@pytest.mark.parametrize("average", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["causal + key_padding_mask", "cross + key_padding_mask", "bool attn_mask (B, L, S)"])
+def test_weights_match_torch(mode, dtype, average):
+    (out, w), (out_ref, w_ref) = run_both(mode, dtype, True, need_weights=True, average_attn_weights=average)
+    n_keys = S if MODES[mode][2] else L
+    assert w.shape == ((B, L, n_keys) if average else (B, N_HEAD, L, n_keys))
+    assert_close(out, out_ref, dtype)
+    assert_close(w, w_ref, dtype)
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)), rtol=0, atol=ATOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("mode", ["causal + key_padding_mask", "cross + key_padding_mask"])
+def test_gradients_match_autograd_through_torch(mode):
+    ours, ref = make_pair(torch.float64)
+    query, key, value = make_inputs(torch.float64, requires_grad=True)
+    ours_kw, ref_kw, cross = MODES[mode]
+    if cross:
+        inputs, out = [query, key, value], ours(query, key, value, **ours_kw)[0]
+        out_ref = ref(query, key, value, **ref_kw, need_weights=False)[0]
+    else:
+        inputs, out = [query], ours(query, **ours_kw)[0]
+        out_ref = ref(query, query, query, **ref_kw, need_weights=False)[0]
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    ours_params = [ours.in_proj.weight, ours.in_proj.bias, ours.out_proj.weight, ours.out_proj.bias]
+    ref_params = [ref.in_proj_weight, ref.in_proj_bias, ref.out_proj.weight, ref.out_proj.bias]
+    grads = torch.autograd.grad((out * upstream).sum(), inputs + ours_params)
+    grads_ref = torch.autograd.grad((out_ref * upstream).sum(), inputs + ref_params)
+    for a, b in zip(grads, grads_ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=GRAD_ATOL)
+
+
+# ---------------------------------------------------------------- internal consistency
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_fast_path_equals_weights_path(mode):
+    ours, _ = make_pair(torch.float64)
+    query, key, _ = make_inputs(torch.float64)
+    ours_kw, _, cross = MODES[mode]
+    key = key if cross else None
+    fast, none = ours(query, key, **ours_kw)
+    slow, w = ours(query, key, need_weights=True, average_attn_weights=False, **ours_kw)
+    assert none is None and w.shape == (B, N_HEAD, L, S if cross else L)
+    assert_close(fast, slow, torch.float64)
+
+
+def test_self_attention_path_equals_cross_attention_path_on_the_same_values():
+    ours, _ = make_pair(torch.float64)
+    query, _, _ = make_inputs(torch.float64)
+    self_out, _ = ours(query, is_causal=True)
+    cross_out, _ = ours(query, query.clone(), query.clone(), is_causal=True)  # not `is query`: cross path
+    assert_close(self_out, cross_out, torch.float64)
+
+
+def test_float_key_padding_mask_equals_boolean():
+    ours, _ = make_pair(torch.float64)
+    query, _, _ = make_inputs(torch.float64)
+    additive = torch.zeros(B, L, dtype=torch.float64).masked_fill(KPM_L, float("-inf"))
+    for need_weights in (False, True):
+        out_bool, _ = ours(query, key_padding_mask=KPM_L, attn_mask=_ALLOWED, need_weights=need_weights)
+        out_float, _ = ours(query, key_padding_mask=additive, attn_mask=_ALLOWED, need_weights=need_weights)
+        assert_close(out_bool, out_float, torch.float64)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_fully_masked_query_gets_zero_attention(need_weights):
+    ours, _ = make_pair(torch.float64)
+    query, _, _ = make_inputs(torch.float64)
+    allowed = torch.ones(L, L, dtype=torch.bool)
+    allowed[2] = False  # query 2 may attend to nothing
+    out, w = ours(query, attn_mask=allowed, need_weights=need_weights, average_attn_weights=False)
+    assert torch.isfinite(out).all()
+    assert_close(out[:, 2], ours.out_proj.bias.expand(B, D_MODEL), torch.float64)  # zero attention output
+    if need_weights:
+        assert torch.equal(w[:, :, 2], torch.zeros_like(w[:, :, 2]))
+
+
+def test_mask_dtype_follows_query_dtype():
+    ours, _ = make_pair(torch.float32)
+    query, _, _ = make_inputs(torch.float32)
+    out64_mask, _ = ours(query, attn_mask=_FLOAT)  # float64 mask, float32 query: cast
+    out32_mask, _ = ours(query, attn_mask=_FLOAT.float())
+    assert out64_mask.dtype == torch.float32
+    assert torch.equal(out64_mask, out32_mask)
+
+
+# ---------------------------------------------------------------- dropout and modes
+
+
+def test_dropout_only_in_training():
+    ours, _ = make_pair(torch.float64, dropout=0.5)
+    query, _, _ = make_inputs(torch.float64)
+    no_dropout, _ = make_pair(torch.float64, dropout=0.0)
+    ours.eval()
+    for need_weights in (False, True):
+        a, _ = ours(query, is_causal=True, need_weights=need_weights)
+        b, _ = no_dropout(query, is_causal=True, need_weights=need_weights)
+        assert_close(a, b, torch.float64)  # eval: dropout is off
+    ours.train()
+    torch.manual_seed(0)
+    a, _ = ours(query, is_causal=True)
+    torch.manual_seed(1)
+    c, _ = ours(query, is_causal=True)
+    assert (a - b).abs().max() > 1e-3 and (a - c).abs().max() > 1e-3  # training: random, differs
+
+
+def test_dropout_in_training_matches_torch_with_the_same_seed():
+    for need_weights in (False, True):
+        ours, ref = make_pair(torch.float64, dropout=0.3)
+        ours.train(), ref.train()
+        query, _, _ = make_inputs(torch.float64)
+        torch.manual_seed(42)
+        out, w = ours(query, key_padding_mask=KPM_L, need_weights=need_weights)
+        torch.manual_seed(42)
+        out_ref, w_ref = ref(query, query, query, key_padding_mask=KPM_L, need_weights=need_weights)
+        assert_close(out, out_ref, torch.float64)
+        if need_weights:  # the weights after dropout: zeros and 1 / (1 - p) rescaled entries
+            assert_close(w, w_ref, torch.float64)
+
+
+def test_dropout_weights_are_zeroed_and_rescaled():
+    ours, _ = make_pair(torch.float64, dropout=0.5)
+    query, _, _ = make_inputs(torch.float64)
+    ours.eval()
+    _, w_eval = ours(query, need_weights=True, average_attn_weights=False)
+    ours.train()
+    torch.manual_seed(0)
+    _, w_train = ours(query, need_weights=True, average_attn_weights=False)
+    kept = w_train != 0
+    assert 0 < kept.float().mean() < 1
+    assert_close(w_train[kept], 2.0 * w_eval[kept], torch.float64)
+
+
+# ---------------------------------------------------------------- from_torch
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_from_torch_copies_weights_dtype_dropout_and_mode(bias):
+    ref = nn.MultiheadAttention(D_MODEL, N_HEAD, dropout=0.2, bias=bias, batch_first=True, dtype=torch.float64)
+    ours = MultiHeadAttention.from_torch(ref)
+    assert ours.training and ours.dropout == 0.2 and ours.in_proj.weight.dtype == torch.float64
+    assert torch.equal(ours.in_proj.weight, ref.in_proj_weight)
+    assert torch.equal(ours.out_proj.weight, ref.out_proj.weight)
+    assert (ours.in_proj.bias is None) == (not bias) == (ours.out_proj.bias is None)
+    assert ours.in_proj.weight.data_ptr() != ref.in_proj_weight.data_ptr()  # a copy, not shared
+    assert not MultiHeadAttention.from_torch(ref.eval()).training
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: nn.Linear(4, 4), TypeError, "mha must be a torch.nn.MultiheadAttention, got Linear"),
+        (lambda: nn.MultiheadAttention(12, 3), ValueError, "batch_first=True"),
+        (lambda: nn.MultiheadAttention(12, 3, kdim=8, batch_first=True), ValueError, "kdim == vdim == embed_dim"),
+        (lambda: nn.MultiheadAttention(12, 3, add_bias_kv=True, batch_first=True), ValueError, "add_bias_kv=False"),
+        (lambda: nn.MultiheadAttention(12, 3, add_zero_attn=True, batch_first=True), ValueError, "add_zero_attn=False"),
+    ],
+)
+def test_from_torch_errors(make, error, match):
+    with pytest.raises(error, match="MultiHeadAttention.from_torch: .*" + match):
+        MultiHeadAttention.from_torch(make())
+
+
+# ---------------------------------------------------------------- forward errors
+
+
+def _forward_error_cases():
+    x, mem = torch.zeros(B, L, D_MODEL), torch.zeros(B, S, D_MODEL)
+    return [
+        ((x[0],), {}, ValueError, r"query must have shape \(batch, length, d_model=12\), got query.shape=\(5, 12\)"),
+        ((torch.zeros(B, L, 8),), {}, ValueError, r"query.shape=\(2, 5, 8\)"),
+        (([[0.0]],), {}, TypeError, "query must be a torch.Tensor, got list"),
+        ((x, torch.zeros(B, S, 8)), {}, ValueError, r"key must have shape .*got key.shape=\(2, 7, 8\)"),
+        ((x, mem, "v"), {}, TypeError, "value must be a torch.Tensor, got str"),
+        ((x, torch.zeros(3, S, D_MODEL)), {}, ValueError, "same batch size"),
+        ((x, mem, torch.zeros(B, 6, D_MODEL)), {}, ValueError, r"key and value must have the same length S"),
+        ((x,), {"attn_mask": torch.ones(L, L + 1, dtype=torch.bool)}, ValueError,
+         r"attn_mask must have shape \(L, S\), \(B, L, S\) or \(B, h, L, S\).*got attn_mask.shape=\(5, 6\)"),
+        ((x,), {"attn_mask": torch.ones(B, 2, L, L, dtype=torch.bool)}, ValueError, r"attn_mask.shape=\(2, 2, 5, 5\)"),
+        ((x,), {"attn_mask": torch.ones(L, L, dtype=torch.long)}, TypeError, "attn_mask must have dtype bool"),
+        ((x,), {"attn_mask": [[True]]}, TypeError, "attn_mask must be None or a torch.Tensor, got list"),
+        ((x, mem), {"key_padding_mask": torch.zeros(B, L, dtype=torch.bool)}, ValueError,
+         r"key_padding_mask must have shape \(B, S\) = \(2, 7\), got key_padding_mask.shape=\(2, 5\)"),
+        ((x,), {"key_padding_mask": torch.zeros(B, L, dtype=torch.int32)}, TypeError,
+         "key_padding_mask must have dtype bool"),
+        ((x,), {"is_causal": 1}, TypeError, "is_causal must be a bool, got int"),
+    ]
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", _forward_error_cases())
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_forward_errors(args, kwargs, error, match, need_weights):
+    m = MultiHeadAttention(D_MODEL, N_HEAD)
+    with pytest.raises(error, match="MultiHeadAttention: .*" + match):
+        m(*args, **kwargs, need_weights=need_weights)
