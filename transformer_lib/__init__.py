@@ -46,6 +46,28 @@ from transformer_lib.block import (
     SwiGLU,
     TransformerBlock,
 )
+from transformer_lib.model import (
+    GPTConfig,
+    GPT_PRESETS,
+    GPT,
+    gpt_param_count,
+    DecoderBlock,
+    Encoder,
+    Decoder,
+    encoder_decoder_from_torch,
+    Seq2SeqConfig,
+    EncoderDecoder,
+)
+from transformer_lib.gpt2 import (
+    GPT2_REVISION,
+    GPT2_WEIGHTS_URL,
+    GPT2_WEIGHTS_SHA256,
+    HF_CONV1D_WEIGHTS,
+    hf_gpt2_key_map,
+    load_hf_gpt2_state_dict,
+    gpt2_config_from_hf,
+    load_gpt2_weights,
+)
 
 __all__ = [
     "DATA_ENV",
@@ -82,4 +104,22 @@ __all__ = [
     "FeedForward",
     "SwiGLU",
     "TransformerBlock",
+    "GPTConfig",
+    "GPT_PRESETS",
+    "GPT",
+    "gpt_param_count",
+    "DecoderBlock",
+    "Encoder",
+    "Decoder",
+    "encoder_decoder_from_torch",
+    "Seq2SeqConfig",
+    "EncoderDecoder",
+    "GPT2_REVISION",
+    "GPT2_WEIGHTS_URL",
+    "GPT2_WEIGHTS_SHA256",
+    "HF_CONV1D_WEIGHTS",
+    "hf_gpt2_key_map",
+    "load_hf_gpt2_state_dict",
+    "gpt2_config_from_hf",
+    "load_gpt2_weights",
 ]
