@@ -477,7 +477,7 @@ def test_decoder_block_from_torch_errors():
         DecoderBlock.from_torch(nn.TransformerEncoderLayer(8, 2))
     with pytest.raises(ValueError, match="DecoderBlock.from_torch: layer must have batch_first=True"):
         DecoderBlock.from_torch(nn.TransformerDecoderLayer(8, 2))
-    with pytest.raises(ValueError, match="the activation must be ReLU or GELU"):
+    with pytest.raises(ValueError, match="DecoderBlock.from_torch: layer.activation must be ReLU or GELU"):
         DecoderBlock.from_torch(nn.TransformerDecoderLayer(8, 2, activation=F.silu, batch_first=True))
     with pytest.raises(TypeError, match="Encoder.from_torch: encoder must be a torch.nn.TransformerEncoder"):
         Encoder.from_torch(nn.Linear(2, 2))

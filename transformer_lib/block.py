@@ -406,6 +406,17 @@ class SwiGLU(nn.Module):
         return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
 
 
+def _activation_name(where: str, act) -> str:
+    """Our name for the activation of a PyTorch layer (a function or a module): relu, gelu or gelu_tanh."""
+    if act is F.relu or isinstance(act, nn.ReLU):
+        return "relu"
+    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return "gelu"
+    if isinstance(act, nn.GELU) and act.approximate == "tanh":
+        return "gelu_tanh"
+    raise ValueError(f"{where}: layer.activation must be ReLU or GELU, got {act!r}")
+
+
 class TransformerBlock(nn.Module):
     """A transformer block: self-attention then a feed-forward network, each in a residual connection.
 
@@ -553,15 +564,7 @@ class TransformerBlock(nn.Module):
                 f"{where}: layer must have batch_first=True (our blocks take (B, T, C)), got batch_first=False; "
                 "build it with nn.TransformerEncoderLayer(..., batch_first=True)"
             )
-        act = layer.activation
-        if act is F.relu or isinstance(act, nn.ReLU):
-            activation = "relu"
-        elif act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-            activation = "gelu"
-        elif isinstance(act, nn.GELU) and act.approximate == "tanh":
-            activation = "gelu_tanh"
-        else:
-            raise ValueError(f"{where}: layer.activation must be ReLU or GELU, got {act!r}")
+        activation = _activation_name(where, layer.activation)
         if layer.norm1.eps != layer.norm2.eps or layer.norm1.weight is None or layer.norm2.weight is None:
             raise ValueError(
                 f"{where}: norm1 and norm2 must have learnable weights and the same eps, "

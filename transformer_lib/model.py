@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock
+from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock, _activation_name
 from transformer_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from transformer_lib.multihead import MultiHeadAttention
 
@@ -430,17 +430,6 @@ def gpt_param_count(config: GPTConfig, non_embedding: bool = False) -> int:
     return total - T * d if non_embedding else total
 
 
-def _activation_of(where: str, act) -> str:
-    """The name of a PyTorch layer's activation (a function or a module) among ours."""
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-        return "gelu"
-    if isinstance(act, nn.GELU) and act.approximate == "tanh":
-        return "gelu_tanh"
-    raise ValueError(f"{where}: the activation must be ReLU or GELU, got {act!r}")
-
-
 def _copy_linear(ours: nn.Linear | LayerNorm, theirs: nn.Module) -> None:
     with torch.no_grad():
         ours.weight.copy_(theirs.weight)
@@ -614,7 +603,7 @@ class DecoderBlock(nn.Module):
             raise ValueError(
                 f"{where}: layer must have batch_first=True (our blocks take (B, T, C)), got batch_first=False"
             )
-        activation = _activation_of(where, layer.activation)
+        activation = _activation_name(where, layer.activation)
         norms = (layer.norm1, layer.norm2, layer.norm3)
         if len({n.eps for n in norms}) != 1 or any(n.weight is None for n in norms):
             raise ValueError(f"{where}: norm1, norm2 and norm3 must have learnable weights and the same eps")
