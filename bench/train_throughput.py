@@ -183,7 +183,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
-    parser.add_argument("--seconds", type=float, default=2.0, help="about this long per model and round")
+    parser.add_argument("--seconds", type=float, default=3.0, help="about this long per model and round")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-bias", action="store_true", help="no biases in ours and the torch baseline")
     args = parser.parse_args()
