@@ -169,14 +169,18 @@ def run_shape(name: str, s: Shape, rounds: int, seconds: float, bias: bool, peak
 
     fpt = flops_per_token(s)
     median = {n: statistics.median(v) for n, v in tokens.items()}
+    # The machine's speed drifts between rounds; a ratio taken within each round cancels most of it.
+    ratio = {n: statistics.median(a / b for a, b in zip(v, tokens["torch"])) for n, v in tokens.items()}
     print(f"\n{name}: {s.n_layer} layers, {s.n_head} heads, {s.n_embd} wide, context {s.block_size}, "
           f"batch {s.batch_size}, vocab {s.vocab_size}, bias={bias}; {rounds} rounds of {n_steps} steps")
-    print(f"{'model':>16} {'tokens/s':>10} {'ms/step':>9} {'MFU':>6} {'vs torch':>9}   (min..max tokens/s)")
+    print(f"{'model':>16} {'tokens/s':>10} {'ms/step':>9} {'MFU':>6} {'vs torch':>9}   "
+          "(tokens/s min..max; vs torch: median of per-round ratios, min..max)")
     for n, v in median.items():
         ms = 1000 * s.batch_size * s.block_size / v
-        print(f"{n:>16} {v:10.0f} {ms:9.1f} {fpt * v / peak:6.1%} {v / median['torch']:9.3f}"
-              f"   ({min(tokens[n]):.0f}..{max(tokens[n]):.0f})")
-    return median
+        per_round = [a / b for a, b in zip(tokens[n], tokens["torch"])]
+        print(f"{n:>16} {v:10.0f} {ms:9.1f} {fpt * v / peak:6.1%} {ratio[n]:9.3f}"
+              f"   ({min(tokens[n]):.0f}..{max(tokens[n]):.0f}; {min(per_round):.3f}..{max(per_round):.3f})")
+    return ratio
 
 
 def main() -> None:
