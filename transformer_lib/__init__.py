@@ -68,6 +68,20 @@ from transformer_lib.gpt2 import (
     gpt2_config_from_hf,
     load_gpt2_weights,
 )
+from transformer_lib.training import (
+    cross_entropy,
+    AdamW,
+    weight_decay_groups,
+    inverse_sqrt_lr,
+    cosine_lr,
+    clip_grad_norm,
+    TrainConfig,
+    estimate_loss,
+    CHECKPOINT_FORMAT,
+    save_checkpoint,
+    load_checkpoint,
+    train,
+)
 
 __all__ = [
     "DATA_ENV",
@@ -122,4 +136,16 @@ __all__ = [
     "load_hf_gpt2_state_dict",
     "gpt2_config_from_hf",
     "load_gpt2_weights",
+    "cross_entropy",
+    "AdamW",
+    "weight_decay_groups",
+    "inverse_sqrt_lr",
+    "cosine_lr",
+    "clip_grad_norm",
+    "TrainConfig",
+    "estimate_loss",
+    "CHECKPOINT_FORMAT",
+    "save_checkpoint",
+    "load_checkpoint",
+    "train",
 ]

@@ -1,0 +1,370 @@
+"""Unit tests for transformer_lib.training (chapter 9), against PyTorch's loss, optimizer and clipping."""
+
+import io
+import json
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from transformer_lib.data import get_batch
+from transformer_lib.model import GPT, GPTConfig
+from transformer_lib.training import (
+    CHECKPOINT_FORMAT,
+    AdamW,
+    TrainConfig,
+    clip_grad_norm,
+    cosine_lr,
+    cross_entropy,
+    estimate_loss,
+    inverse_sqrt_lr,
+    load_checkpoint,
+    save_checkpoint,
+    train,
+    weight_decay_groups,
+)
+
+# float32: a loss of a few nats has an ulp of 4.8e-7; float64: a few ulp at most.
+ATOL = {torch.float32: 2e-6, torch.float64: 1e-12}
+DTYPES = list(ATOL)
+TINY = GPTConfig.from_preset("tiny")
+DATA = (torch.arange(3000) * 7 + torch.arange(3000) // 13) % TINY.vocab_size
+
+
+def small_config(**kw) -> TrainConfig:
+    base = dict(max_steps=12, warmup_steps=2, batch_size=4, eval_interval=4, eval_iters=2,
+                checkpoint_interval=4, device="cpu")
+    return TrainConfig(**{**base, **kw})
+
+
+# ---------------------------------------------------------------- cross_entropy
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(17, 9), (2, 6, 13)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_matches_torch(dtype, shape, smoothing):
+    g = torch.Generator().manual_seed(0)
+    z = (4 * torch.randn(shape, generator=g, dtype=dtype)).requires_grad_()
+    y = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    y[..., ::3] = -7  # a custom ignore_index
+    ours = cross_entropy(z, y, ignore_index=-7, label_smoothing=smoothing)
+    (g_ours,) = torch.autograd.grad(ours, z)
+    ref = F.cross_entropy(z.reshape(-1, shape[-1]), y.reshape(-1), ignore_index=-7, label_smoothing=smoothing)
+    (g_ref,) = torch.autograd.grad(ref, z)
+    assert ours.dtype == dtype and ours.shape == ()
+    torch.testing.assert_close(ours, ref, atol=ATOL[dtype], rtol=0)
+    torch.testing.assert_close(g_ours, g_ref, atol=ATOL[dtype], rtol=0)
+
+
+def test_cross_entropy_huge_logits_are_finite():
+    z = torch.tensor([[1000.0, 999.0, 990.0]])
+    loss = cross_entropy(z, torch.tensor([1]))
+    torch.testing.assert_close(loss, F.cross_entropy(z, torch.tensor([1])))
+
+
+def test_cross_entropy_errors():
+    with pytest.raises(ValueError, match="targets.shape=\\(10,\\)"):
+        cross_entropy(torch.randn(2, 5, 7), torch.zeros(10, dtype=torch.long))
+    with pytest.raises(TypeError, match="targets must be an int64"):
+        cross_entropy(torch.randn(4, 7), torch.zeros(4, dtype=torch.int32))
+    with pytest.raises(TypeError, match="logits must be a float"):
+        cross_entropy(torch.zeros(4, 7, dtype=torch.long), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        cross_entropy(torch.randn(4, 7), torch.zeros(4, dtype=torch.long), label_smoothing=1.5)
+
+
+# ---------------------------------------------------------------- AdamW
+def _pair(dtype):
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(6, 10), nn.LayerNorm(10), nn.Tanh(), nn.Linear(10, 4)).to(dtype)
+    b = nn.Sequential(nn.Linear(6, 10), nn.LayerNorm(10), nn.Tanh(), nn.Linear(10, 4)).to(dtype)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def _groups(m):
+    return [{"params": [m[0].weight, m[3].weight], "weight_decay": 0.2},
+            {"params": [m[0].bias, m[1].weight, m[1].bias, m[3].bias], "weight_decay": 0.0, "lr": 5e-3}]
+
+
+def _steps(models_opts, dtype, n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x, y = torch.randn(16, 6, generator=g, dtype=dtype), torch.randint(0, 4, (16,), generator=g)
+        for model, opt in models_opts:
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_adamw_matches_torch(dtype, atol):
+    a, b = _pair(dtype)
+    ours = AdamW(_groups(a), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    ref = torch.optim.AdamW(_groups(b), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    _steps([(a, ours), (b, ref)], dtype, 20)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=atol, rtol=0)
+    st = ours.state[a[0].weight]
+    assert int(st["step"]) == 20 and set(st) == {"step", "exp_avg", "exp_avg_sq"}
+
+
+def test_adamw_state_dict_round_trip():
+    a, b = _pair(torch.float64)
+    opt_a = AdamW(_groups(a), lr=1e-2)
+    _steps([(a, opt_a)], torch.float64, 5)
+    b.load_state_dict(a.state_dict())
+    opt_b = AdamW(_groups(b), lr=1e-2)
+    buf = io.BytesIO()  # through bytes, as a checkpoint would (a live state_dict shares its tensors)
+    torch.save(opt_a.state_dict(), buf)
+    buf.seek(0)
+    opt_b.load_state_dict(torch.load(buf, weights_only=True))
+    _steps([(a, opt_a), (b, opt_b)], torch.float64, 5, seed=9)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_adamw_errors():
+    p = [nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match="lr must be"):
+        AdamW(p, lr=-1.0)
+    with pytest.raises(ValueError, match="betas"):
+        AdamW(p, betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="weight_decay"):
+        AdamW(p, weight_decay=-0.1)
+
+
+# ---------------------------------------------------------------- weight_decay_groups
+def test_weight_decay_groups_tied_once_and_no_decay_for_vectors():
+    model = GPT(TINY)
+    decay, other = weight_decay_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and other["weight_decay"] == 0.0
+    ids = [id(p) for grp in (decay, other) for p in grp["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    assert sum(p is model.wte.weight for p in decay["params"]) == 1
+    assert any(p is model.ln_f.weight for p in other["params"])
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in other["params"])
+
+
+def test_weight_decay_groups_errors():
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        weight_decay_groups([nn.Parameter(torch.zeros(2))], 0.1)
+    with pytest.raises(ValueError, match="weight_decay"):
+        weight_decay_groups(nn.Linear(2, 2), -1.0)
+
+
+# ---------------------------------------------------------------- schedules
+def test_inverse_sqrt_lr():
+    assert inverse_sqrt_lr(4000, d_model=512, warmup_steps=4000) == pytest.approx((512 * 4000) ** -0.5, rel=1e-12)
+    assert inverse_sqrt_lr(1, d_model=512, warmup_steps=4000) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    assert inverse_sqrt_lr(16000, d_model=512, warmup_steps=4000, scale=2.0) == pytest.approx(
+        2 * 512**-0.5 / 16000**0.5, rel=1e-12)
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        inverse_sqrt_lr(0, d_model=512, warmup_steps=4000)
+
+
+def test_cosine_lr():
+    kw = dict(max_lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
+    assert cosine_lr(0, **kw) == pytest.approx(1e-3 / 11, rel=1e-12)
+    lrs = [cosine_lr(s, **kw) for s in range(10)]
+    assert all(a < b for a, b in zip(lrs, lrs[1:]))  # warm-up increases
+    assert cosine_lr(10, **kw) == 1e-3
+    assert cosine_lr(60, **kw) == pytest.approx(5.5e-4, rel=1e-12)
+    assert cosine_lr(110, **kw) == 1e-4 and cosine_lr(1000, **kw) == 1e-4
+    with pytest.raises(ValueError, match="min_lr must be <= max_lr"):
+        cosine_lr(0, max_lr=1e-4, min_lr=1e-3, warmup_steps=1, max_steps=10)
+    with pytest.raises(ValueError, match="max_steps must be > warmup_steps"):
+        cosine_lr(0, max_lr=1e-3, min_lr=0.0, warmup_steps=10, max_steps=10)
+
+
+# ---------------------------------------------------------------- clip_grad_norm
+@pytest.mark.parametrize("max_norm", [0.1, 1e4])
+def test_clip_grad_norm_matches_torch(max_norm):
+    a, b = GPT(TINY), GPT(TINY)
+    b.load_state_dict(a.state_dict())
+    x, y = get_batch(DATA, 16, 3, generator=torch.Generator().manual_seed(0))
+    for m in (a, b):
+        m(x, y)[1].backward()
+    n_ours = clip_grad_norm(a.parameters(), max_norm)
+    n_ref = torch.nn.utils.clip_grad_norm_(b.parameters(), max_norm)
+    torch.testing.assert_close(n_ours, n_ref, atol=1e-6, rtol=0)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=0)
+    after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a.parameters()]))
+    assert after.item() <= max(max_norm, n_ref.item()) * (1 + 1e-5)
+
+
+def test_clip_grad_norm_errors():
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_grad_norm([nn.Parameter(torch.zeros(2))], 0.0)
+
+
+# ---------------------------------------------------------------- TrainConfig
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(max_steps=0), ValueError, "max_steps"),
+    (dict(batch_size=2.5), TypeError, "batch_size"),
+    (dict(lr=0.0), ValueError, "lr"),
+    (dict(min_lr=1.0), ValueError, "min_lr must be <= lr"),
+    (dict(warmup_steps=3000), ValueError, "warmup_steps must be < max_steps"),
+    (dict(betas=(0.9,)), ValueError, "betas"),
+    (dict(betas=(0.9, 1.2)), ValueError, "betas"),
+    (dict(grad_clip=-1.0), ValueError, "grad_clip"),
+    (dict(device=0), TypeError, "device"),
+])
+def test_train_config_validation(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        TrainConfig(**kw)
+
+
+def test_train_config_dict_round_trip():
+    c = TrainConfig(betas=[0.8, 0.9])
+    assert c.betas == (0.8, 0.9)
+    assert TrainConfig.from_dict(c.to_dict()) == c
+
+
+# ---------------------------------------------------------------- checkpoints
+def _save(path, step=3, metrics=None):
+    model = GPT(TINY)
+    opt = AdamW(weight_decay_groups(model, 0.1))
+    save_checkpoint(path, model=model, optimizer=opt, step=step, model_config=TINY,
+                    train_config=small_config(), generator=torch.Generator().manual_seed(5), metrics=metrics)
+    return model, opt
+
+
+def test_checkpoint_round_trip(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    model, _ = _save(path, metrics={"history": [{"step": 0, "loss": 4.0, "lr": 1e-4}]})
+    other = GPT(TINY)
+    g = torch.Generator()
+    ckpt = load_checkpoint(path, model=other, optimizer=AdamW(weight_decay_groups(other, 0.1)), generator=g)
+    assert ckpt["format"] == CHECKPOINT_FORMAT and ckpt["step"] == 3
+    assert GPTConfig.from_dict(ckpt["model_config"]) == TINY
+    assert TrainConfig.from_dict(ckpt["train_config"]) == small_config()
+    assert ckpt["metrics"]["history"][0]["loss"] == 4.0
+    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), other.state_dict().values()))
+    assert torch.equal(g.get_state(), torch.Generator().manual_seed(5).get_state())
+
+
+def test_checkpoint_restores_global_rng(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.manual_seed(42)
+    _save(path)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    load_checkpoint(path, generator=torch.Generator())
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    _save(path, step=1)
+    before = path.read_bytes()
+
+    def failing_save(obj, f, *a, **k):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        _save(path, step=2)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+    assert load_checkpoint(path)["step"] == 1
+
+
+def test_checkpoint_rejects_corrupt_file(tmp_path):
+    path = tmp_path / "bad.pt"
+    path.write_bytes(bytes(range(256)) * 3)
+    with pytest.raises(ValueError, match="bad.pt is not a transformer_lib checkpoint or corrupt"):
+        load_checkpoint(path)
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match="not a transformer_lib checkpoint or corrupt"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_rejects_foreign_files(tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save(GPT(TINY).state_dict(), path)
+    with pytest.raises(ValueError, match="found no format marker"):
+        load_checkpoint(path)
+    torch.save({"format": "other/1"}, path)
+    with pytest.raises(ValueError, match="found format 'other/1'"):
+        load_checkpoint(path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint file"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+class _Payload:
+    """A custom class: weights_only loading must refuse to construct it."""
+
+
+def test_checkpoint_weights_only_refuses_objects(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": CHECKPOINT_FORMAT, "payload": _Payload()}, path)
+    with pytest.raises(ValueError, match="objects other than tensors"):
+        load_checkpoint(path)
+
+
+def test_save_checkpoint_errors(tmp_path):
+    model = GPT(TINY)
+    opt = AdamW(model.parameters())
+    with pytest.raises(TypeError, match="train_config must be a TrainConfig"):
+        save_checkpoint(tmp_path / "c.pt", model=model, optimizer=opt, step=0, model_config=TINY,
+                        train_config={}, generator=torch.Generator())
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        save_checkpoint(tmp_path / "c.pt", model=model, optimizer=opt, step=-1, model_config=TINY,
+                        train_config=small_config(), generator=torch.Generator())
+
+
+# ---------------------------------------------------------------- training
+def test_estimate_loss_is_deterministic_and_keeps_mode():
+    model = GPT(GPTConfig.from_preset("tiny", dropout=0.1)).train()
+    kw = dict(block_size=16, batch_size=4, iters=3, device="cpu")
+    a = estimate_loss(model, DATA, generator=torch.Generator().manual_seed(0), **kw)
+    b = estimate_loss(model, DATA, generator=torch.Generator().manual_seed(0), **kw)
+    assert a == b and model.training
+    with pytest.raises(TypeError, match="generator"):
+        estimate_loss(model, DATA, generator=None, **kw)
+
+
+def test_resume_is_bit_identical(tmp_path):
+    cfg = GPTConfig.from_preset("tiny", dropout=0.1)
+    tc = small_config(max_steps=20, eval_interval=5, checkpoint_interval=5)
+    torch.manual_seed(0)
+    straight = GPT(cfg)
+    h1 = train(straight, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "a", progress=False)
+    torch.manual_seed(0)
+    train(GPT(cfg), DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "b", progress=False, stop_at=7)
+    torch.manual_seed(99)
+    resumed = GPT(cfg)
+    h2 = train(resumed, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "b", resume=True, progress=False)
+    assert [h["step"] for h in h2] == list(range(20))
+    assert torch.equal(torch.tensor([h["loss"] for h in h1]), torch.tensor([h["loss"] for h in h2]))
+    assert all(torch.equal(p, q) for p, q in zip(straight.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_train_writes_metrics_and_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    history = train(model, DATA[:2500], DATA[2500:], small_config(max_steps=10, eval_interval=4), out_dir=tmp_path,
+                    progress=False)
+    assert [set(h) for h in history] == [{"step", "loss", "lr"}] * 10
+    lines = [json.loads(s) for s in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 4, 8, 10]
+    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed"} for r in lines)
+    assert all(math.isfinite(r["val_loss"]) for r in lines)
+    assert lines[-1]["val_loss"] < lines[0]["val_loss"]
+    assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 10
+
+
+def test_train_errors(tmp_path):
+    with pytest.raises(TypeError, match="model must be a GPT"):
+        train(nn.Linear(2, 2), DATA, DATA, small_config())
+    with pytest.raises(ValueError, match="resume=True needs out_dir"):
+        train(GPT(TINY), DATA, DATA, small_config(), resume=True)
+    with pytest.raises(FileNotFoundError):
+        train(GPT(TINY), DATA, DATA, small_config(), out_dir=tmp_path, resume=True)
+    with pytest.raises(ValueError, match="stop_at"):
+        train(GPT(TINY), DATA, DATA, small_config(), stop_at=100)
