@@ -82,6 +82,9 @@ from transformer_lib.training import (
     load_checkpoint,
     train,
 )
+from transformer_lib.evaluate import (
+    evaluate_split,
+)
 
 __all__ = [
     "DATA_ENV",
@@ -148,4 +151,5 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "train",
+    "evaluate_split",
 ]
