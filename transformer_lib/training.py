@@ -27,14 +27,17 @@ import pickle
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from transformer_lib.data import get_batch
@@ -527,8 +530,16 @@ def _append_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _rank_and_world_size() -> tuple[int, int]:
+    """``(rank, world_size)`` of the initialised default process group, or ``(0, 1)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig, *, out_dir=None,
-          resume: bool = False, progress: bool = True, stop_at: int | None = None) -> list[dict]:
+          resume: bool = False, progress: bool = True, stop_at: int | None = None,
+          should_stop: Callable[[], bool] | None = None) -> list[dict]:
     """Train a GPT with AdamW, a warm-up + cosine schedule and gradient clipping.
 
     Each step draws a batch of ``config.batch_size`` sequences of ``model.config.block_size``
@@ -538,6 +549,14 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     ``{"step", "train_loss", "val_loss", "lr", "elapsed"}`` and ``out_dir/ckpt.pt`` is written every
     ``checkpoint_interval`` steps and at the end. A resumed run continues bit for bit as the
     uninterrupted run would have.
+
+    Distributed data parallel: if a ``torch.distributed`` process group is initialised (as under
+    ``torchrun``), the model is wrapped in ``DistributedDataParallel`` for the forward and backward
+    passes, so the gradients are averaged over the ranks. Every rank draws the same global batch of
+    ``config.batch_size * world_size`` sequences from the same seeded generator and trains on its
+    own slice of ``config.batch_size``; a single process with ``batch_size * world_size`` sees
+    the same global batch. The logged loss is the mean over the ranks. Only rank 0 evaluates,
+    shows the progress bar and writes files; its checkpoint holds the state of every rank.
 
     Args:
         model: the model, moved to ``config.device``.
@@ -549,13 +568,18 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         progress: show a tqdm progress bar with the loss and learning rate.
         stop_at: stop after this many steps in total (< ``config.max_steps``), as an interruption
             would; the learning-rate schedule is unchanged. None runs to ``config.max_steps``.
+        should_stop: called after every optimizer step; when it returns True, the run writes a
+            checkpoint (with ``out_dir``) and returns early, as with ``stop_at``. A signal handler
+            that sets a flag makes training interruptible. Under DDP the ranks stop together at
+            the first step at which any rank's ``should_stop`` returns True.
 
     Returns:
         One record ``{"step", "loss", "lr"}`` per optimizer step since step 0 (a resumed run
         includes the records stored in its checkpoint).
 
     Raises:
-        TypeError: if ``model`` is not a :class:`GPT` or ``config`` not a :class:`TrainConfig`.
+        TypeError: if ``model`` is not a :class:`GPT`, ``config`` not a :class:`TrainConfig` or
+            ``should_stop`` neither callable nor None.
         ValueError: if ``resume`` is set without ``out_dir``, the checkpoint was written for
             another model configuration, or ``stop_at`` is out of range.
         FileNotFoundError: if ``resume`` is set and ``out_dir/ckpt.pt`` does not exist.
@@ -564,14 +588,21 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         raise TypeError(f"train: model must be a GPT, got {type(model).__name__}")
     if not isinstance(config, TrainConfig):
         raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
+    if should_stop is not None and not callable(should_stop):
+        raise TypeError(
+            f"train: should_stop must be a callable returning bool, or None, got {type(should_stop).__name__}"
+        )
     end = config.max_steps if stop_at is None else _int_field("train", "stop_at", stop_at)
     if end > config.max_steps:
         raise ValueError(f"train: stop_at must be <= config.max_steps={config.max_steps}, got stop_at={end}")
     if resume and out_dir is None:
         raise ValueError("train: resume=True needs out_dir, the directory holding ckpt.pt")
+    rank, world = _rank_and_world_size()
+    writer = rank == 0 and out_dir is not None  # only rank 0 writes files
     if out_dir is not None:
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        if rank == 0:
+            out_dir.mkdir(parents=True, exist_ok=True)
     block_size, c = model.config.block_size, config
 
     model.to(c.device).train()
@@ -592,8 +623,12 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     else:
         torch.manual_seed(c.seed)
         start, history, elapsed0 = 0, [], 0.0
-        if out_dir is not None:
+        if writer:
             (out_dir / "metrics.jsonl").write_text("", encoding="utf-8")  # a fresh run starts a fresh log
+    # Under DDP the forward and backward passes go through the wrapper, which copies rank 0's
+    # parameters to every rank once, here, and averages the gradients over the ranks during every
+    # backward; evaluation and checkpoints use the bare model.
+    net = model if world == 1 else DistributedDataParallel(model)
     t0 = time.perf_counter()
 
     def evaluate(step: int, lr: float) -> None:
@@ -615,26 +650,43 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     def lr_at(step: int) -> float:
         return cosine_lr(step, max_lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, max_steps=c.max_steps)
 
-    if start == 0:
+    if start == 0 and rank == 0:
         evaluate(0, lr_at(0))
-    bar = tqdm(range(start, end), initial=start, total=end, disable=not progress, desc="train")
+    bar = tqdm(range(start, end), initial=start, total=end, disable=not progress or rank != 0, desc="train")
     for step in bar:
         lr = lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y = get_batch(train_data, block_size, c.batch_size, generator=generator, device=c.device)
-        _, loss = model(x, y)
+        x, y = get_batch(train_data, block_size, c.batch_size * world, generator=generator, device=c.device)
+        if world > 1:  # every rank drew the same global batch; each keeps its own slice
+            mine = slice(rank * c.batch_size, (rank + 1) * c.batch_size)
+            x, y = x[mine], y[mine]
+        _, loss = net(x, y)
         loss.backward()
         if c.grad_clip > 0.0:
             clip_grad_norm(model.parameters(), c.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        history.append({"step": step, "loss": loss.item(), "lr": lr})
-        bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", lr=f"{lr:.2e}", refresh=False)
+        stop = should_stop is not None and bool(should_stop())
+        if world > 1:  # one collective per step: the loss summed over ranks, and the stop votes
+            packed = torch.tensor([loss.item(), float(stop)], dtype=torch.float64, device=loss.device)
+            dist.all_reduce(packed)
+            loss_value, stop = packed[0].item() / world, packed[1].item() > 0
+        else:
+            loss_value = loss.item()
+        history.append({"step": step, "loss": loss_value, "lr": lr})
+        bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", refresh=False)
         done = step + 1
-        if done % c.eval_interval == 0 or done == end:
+        if rank == 0 and (done % c.eval_interval == 0 or done == end):
             evaluate(done, lr)
-        if out_dir is not None and (done % c.checkpoint_interval == 0 or done == end):
+        due = done % c.checkpoint_interval == 0 or done == end
+        if writer and due:
             checkpoint_now(done)
+        if stop and done < end:
+            if writer and not due:
+                checkpoint_now(done)
+            break
     bar.close()
+    if world > 1:
+        dist.barrier()  # no rank returns before rank 0's files are complete
     return history
