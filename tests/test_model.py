@@ -367,6 +367,87 @@ def test_gpt_forward_errors():
         model(good, good.float())
 
 
+
+# ---------------------------------------------------------------- kv_cache and generate (chapter 12)
+
+
+class _LayerCache:
+    def __init__(self):
+        self.k = self.v = None
+        self.length = 0
+
+    def update(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        self.length = self.k.size(2)
+        return self.k, self.v
+
+
+class ListCache(list):
+    """A cache with the protocol of GPT.forward: one layer cache per block and an int ``length``."""
+
+    def __init__(self, n_layer):
+        super().__init__(_LayerCache() for _ in range(n_layer))
+
+    @property
+    def length(self):
+        return self[0].length
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpt_forward_with_kv_cache_in_pieces_equals_the_whole(dtype):
+    model = randomised_gpt(TINY, dtype)
+    idx = ids((2, TINY.block_size), 65)
+    cache = ListCache(TINY.n_layer)
+    with torch.no_grad():
+        whole = model(idx)[0]
+        for a, b in ((0, 5), (5, 6), (6, 9), (9, 10), (10, 16)):
+            logits, _ = model(idx[:, a:b], kv_cache=cache)
+            torch.testing.assert_close(logits, whole[:, a:b], rtol=0, atol=ATOL[dtype])
+            assert cache.length == b
+    # Without the cache, the same tokens would sit at positions 0.. and give other logits.
+    with torch.no_grad():
+        assert (model(idx[:, 10:16])[0] - whole[:, 10:16]).abs().max() > 1e-3
+
+
+def test_gpt_forward_with_kv_cache_returns_the_loss_of_the_new_positions():
+    model = randomised_gpt(TINY)
+    idx, targets = ids((2, 12), 65), ids((2, 12), 65, seed=1)
+    cache = ListCache(TINY.n_layer)
+    with torch.no_grad():
+        model(idx[:, :8], kv_cache=cache)
+        logits, loss = model(idx[:, 8:], targets[:, 8:], kv_cache=cache)
+        expected = F.cross_entropy(model(idx)[0][:, 8:].flatten(0, 1), targets[:, 8:].flatten())
+    torch.testing.assert_close(loss, expected, rtol=0, atol=1e-6)
+
+
+def test_gpt_forward_kv_cache_errors():
+    model = GPT(TINY)
+    cache = ListCache(TINY.n_layer)
+    with torch.no_grad():
+        model(ids((1, 10), 65), kv_cache=cache)
+    with pytest.raises(ValueError, match=r"GPT.forward: kv_cache holds 10 positions and idx adds T=7, 17 in all, but block_size=16"):
+        model(ids((1, 7), 65), kv_cache=cache)
+    with pytest.raises(ValueError, match=r"GPT.forward: kv_cache must hold one cache per block \(2\), got 3"):
+        model(ids((1, 2), 65), kv_cache=ListCache(3))
+    with pytest.raises(TypeError, match="GPT.forward: kv_cache must hold one layer cache per block and have an int attribute length, got list"):
+        model(ids((1, 2), 65), kv_cache=[_LayerCache(), _LayerCache()])
+
+
+def test_gpt_generate_method_keeps_the_training_mode_and_returns_a_normal_tensor():
+    model = GPT(TINY).train()
+    idx = ids((2, 3), 65)
+    out = model.generate(idx, 20, temperature=0)
+    assert model.training
+    assert out.shape == (2, 23) and out.dtype == torch.int64 and torch.equal(out[:, :3], idx)
+    assert not torch.is_inference(out)
+    model.eval()
+    with torch.no_grad():  # greedy: each new token is the argmax of the logits of the last 16 tokens
+        for n in (3, 16, 22):
+            assert out[:, n].tolist() == model(out[:, max(0, n - 16):n])[0][:, -1].argmax(-1).tolist()
+    assert not model.training
+
+
 def test_num_params_counts_tied_weight_once():
     model = GPT(TINY)
     total = sum(p.numel() for p in model.parameters())

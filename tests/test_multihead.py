@@ -397,3 +397,68 @@ def test_forward_errors(args, kwargs, error, match, need_weights):
     m = MultiHeadAttention(D_MODEL, N_HEAD)
     with pytest.raises(error, match="MultiHeadAttention: .*" + match):
         m(*args, **kwargs, need_weights=need_weights)
+
+
+# ---------------------------------------------------------------- kv_cache (chapter 12)
+
+
+class ConcatCache:
+    """The simplest cache: update(k, v) appends along the positions and returns everything so far."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def update(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+
+PIECES = [(0, 4), (4, 5), (5, 7), (7, 8), (8, 11)]  # a prefix, single positions and blocks of 2 and 3
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_kv_cache_in_pieces_equals_causal_attention_over_the_whole(need_weights):
+    m, _ = make_pair()
+    x = torch.randn(B, 11, D_MODEL, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    whole, w_whole = m(x, is_causal=True, need_weights=True, average_attn_weights=False)
+    cache = ConcatCache()
+    for a, b in PIECES:
+        out, w = m(x[:, a:b], is_causal=True, kv_cache=cache, need_weights=need_weights, average_attn_weights=False)
+        assert_close(out, whole[:, a:b], torch.float64)
+        if need_weights:  # the new queries see keys 0 .. b - 1, bottom-right aligned
+            assert w.shape == (B, N_HEAD, b - a, b)
+            assert_close(w, w_whole[:, :, a:b, :b], torch.float64)
+    assert cache.k.shape == (B, N_HEAD, 11, D_MODEL // N_HEAD)
+
+
+def test_kv_cache_with_an_attn_mask_and_key_padding_over_all_positions():
+    m, _ = make_pair()
+    T = 11
+    x = torch.randn(B, T, D_MODEL, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    allowed = random_allowed(T, T)
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    kpm[1, 2] = True  # sequence 1 ignores its position 2 (never the first key, so no row is empty)
+    whole, _ = m(x, attn_mask=allowed, key_padding_mask=kpm, is_causal=True)
+    cache = ConcatCache()
+    for a, b in PIECES:
+        out, _ = m(x[:, a:b], attn_mask=allowed[a:b, :b], key_padding_mask=kpm[:, :b], is_causal=True, kv_cache=cache)
+        assert_close(out, whole[:, a:b], torch.float64)
+
+
+def test_kv_cache_without_is_causal_attends_to_every_stored_key():
+    m, _ = make_pair()
+    x = torch.randn(B, 6, D_MODEL, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    cache = ConcatCache()
+    m(x[:, :4], kv_cache=cache)
+    out, _ = m(x[:, 4:], kv_cache=cache)
+    assert_close(out, m(x)[0][:, 4:], torch.float64)
+
+
+def test_kv_cache_errors():
+    m = MultiHeadAttention(D_MODEL, N_HEAD)
+    x, mem, _ = make_inputs(torch.float32)
+    with pytest.raises(TypeError, match=r"MultiHeadAttention: kv_cache must be None or have a method update\(k, v\), got list"):
+        m(x, kv_cache=[])
+    with pytest.raises(ValueError, match="MultiHeadAttention: kv_cache works with self-attention only"):
+        m(x, mem, kv_cache=ConcatCache())

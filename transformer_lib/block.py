@@ -503,6 +503,7 @@ class TransformerBlock(nn.Module):
         attn_mask: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
+        kv_cache=None,
     ) -> Tensor:
         """Apply the block.
 
@@ -514,6 +515,9 @@ class TransformerBlock(nn.Module):
             key_padding_mask: optional (B, T) boolean mask, True at padding positions (keys to
                 ignore), as in ``nn.TransformerEncoderLayer``.
             is_causal: if True, position ``t`` attends to positions ``0..t`` only.
+            kv_cache: optional cache of the keys and values of earlier positions, passed to the
+                :class:`~transformer_lib.multihead.MultiHeadAttention` (Chapter 12 uses it to generate
+                text). ``x`` then holds only the new positions.
 
         Returns:
             (B, T, d_model) tensor.
@@ -529,11 +533,13 @@ class TransformerBlock(nn.Module):
                 f"TransformerBlock: x must have shape (B, T, d_model={self.d_model}), got x.shape={tuple(x.shape)}"
             )
         if self.norm_first:
-            a = self.attn(self.ln1(x), attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal)[0]
+            a = self.attn(self.ln1(x), attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
+                          kv_cache=kv_cache)[0]
             x = x + self.dropout1(a)
             x = x + self.dropout2(self.mlp(self.ln2(x)))
         else:
-            a = self.attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal)[0]
+            a = self.attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
+                          kv_cache=kv_cache)[0]
             x = self.ln1(x + self.dropout1(a))
             x = self.ln2(x + self.dropout2(self.mlp(x)))
         return x

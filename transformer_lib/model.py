@@ -306,7 +306,9 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, idx: Tensor, targets: Tensor | None = None, *, kv_cache=None
+    ) -> tuple[Tensor, Tensor | None]:
         """Next-token logits for every position, and the loss if targets are given.
 
         Args:
@@ -315,27 +317,54 @@ class GPT(nn.Module):
                 would make the host wait for the device at every step.
             targets: optional (B, T) int64 ids of the next tokens; positions holding -100 are
                 ignored, as in ``F.cross_entropy``.
+            kv_cache: optional cache of the keys and values of the P positions before ``idx``, for
+                generation, such as Chapter 12's :class:`~transformer_lib.generation.KVCache`: an
+                object with an int attribute ``length`` (P) that holds one cache per block,
+                ``kv_cache[i]``, each with the ``update(k, v)`` method that
+                :class:`~transformer_lib.multihead.MultiHeadAttention` calls. ``idx`` then holds
+                the tokens at positions ``P .. P + T - 1``, with ``P + T <= block_size``.
 
         Returns:
             ``(logits, loss)``: logits (B, T, vocab_size) in the dtype of the parameters, where
-            ``logits[b, t]`` depends only on ``idx[b, :t + 1]``; loss the mean cross-entropy over
-            all positions (a 0-d tensor), or None without targets.
+            ``logits[b, t]`` depends only on ``idx[b, :t + 1]`` (and the cached positions); loss
+            the mean cross-entropy over all positions (a 0-d tensor), or None without targets.
 
         Raises:
-            TypeError: if ``idx`` or ``targets`` is not an int64 tensor.
-            ValueError: if ``idx`` is not 2-D, has no positions or more than ``block_size``, holds
-                an id outside ``[0, vocab_size)``, or ``targets`` has another shape.
+            TypeError: if ``idx`` or ``targets`` is not an int64 tensor, or ``kv_cache`` lacks an
+                int attribute ``length`` or a ``len()``.
+            ValueError: if ``idx`` is not 2-D, has no positions or more than ``block_size`` (with
+                the cached ones), holds an id outside ``[0, vocab_size)``, ``targets`` has another
+                shape, or ``kv_cache`` does not hold one cache per block.
         """
-        T = self._check_idx(idx, targets)
-        x = self.drop(self.wte(idx) + self.wpe(T))  # (B, T, C) + (T, C)
-        for block in self.blocks:
-            x = block(x, is_causal=True)
+        past = 0 if kv_cache is None else self._check_cache(kv_cache)
+        T = self._check_idx(idx, targets, past)
+        x = self.drop(self.wte(idx) + self.wpe(T, offset=past))  # (B, T, C) + (T, C)
+        if kv_cache is None:
+            for block in self.blocks:
+                x = block(x, is_causal=True)
+        else:
+            for block, layer_cache in zip(self.blocks, kv_cache):
+                x = block(x, is_causal=True, kv_cache=layer_cache)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
 
-    def _check_idx(self, idx, targets) -> int:
+    def _check_cache(self, kv_cache) -> int:
+        """Validate ``kv_cache`` for :meth:`forward`; return the number of cached positions."""
+        past = getattr(kv_cache, "length", None)
+        if isinstance(past, bool) or not isinstance(past, int) or not hasattr(kv_cache, "__len__"):
+            raise TypeError(
+                "GPT.forward: kv_cache must hold one layer cache per block and have an int attribute "
+                f"length, got {type(kv_cache).__name__}"
+            )
+        if len(kv_cache) != len(self.blocks):
+            raise ValueError(
+                f"GPT.forward: kv_cache must hold one cache per block ({len(self.blocks)}), got {len(kv_cache)}"
+            )
+        return past
+
+    def _check_idx(self, idx, targets, past: int = 0) -> int:
         """Validate the inputs of :meth:`forward`; return ``T``."""
         c = self.config
         if not isinstance(idx, Tensor) or idx.dtype != torch.int64:
@@ -348,6 +377,11 @@ class GPT(nn.Module):
             raise ValueError(f"GPT.forward: idx must hold at least one token, got idx.shape={tuple(idx.shape)}")
         if T > c.block_size:
             raise ValueError(f"GPT.forward: idx has T={T} positions but block_size={c.block_size}")
+        if past + T > c.block_size:
+            raise ValueError(
+                f"GPT.forward: kv_cache holds {past} positions and idx adds T={T}, {past + T} in all, "
+                f"but block_size={c.block_size}; start a new cache from the last block_size tokens"
+            )
         if idx.device.type == "cpu":
             lo, hi = torch.aminmax(idx)
             lo, hi = int(lo), int(hi)
@@ -400,6 +434,44 @@ class GPT(nn.Module):
         model = cls(config)
         load_hf_gpt2_state_dict(model, state_dict)
         return model
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Continue the token ids ``idx`` by ``max_new_tokens`` tokens, one at a time.
+
+        Implemented by :func:`transformer_lib.generation.generate` (Chapter 12), which validates the
+        arguments and raises its errors. The model is in evaluation mode while it generates and gets
+        its previous mode back afterwards.
+
+        Args:
+            idx: (B, T) int64 token ids, T >= 1, on the model's device.
+            max_new_tokens: how many tokens to append (>= 0).
+            temperature: >= 0; 0 is greedy decoding.
+            top_k: optional, sample only from the ``top_k`` most likely tokens.
+            top_p: optional, sample only from the smallest set of most likely tokens whose
+                probability is at least ``top_p``, in (0, 1].
+            use_cache: keep the keys and values of earlier positions in a
+                :class:`~transformer_lib.generation.KVCache`.
+            generator: optional ``torch.Generator`` for reproducible sampling.
+
+        Returns:
+            (B, T + max_new_tokens) int64 tensor: ``idx`` followed by the new tokens.
+        """
+        from transformer_lib.generation import generate
+
+        return generate(
+            self, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            use_cache=use_cache, generator=generator,
+        )
 
 
 def gpt_param_count(config: GPTConfig, non_embedding: bool = False) -> int:

@@ -184,6 +184,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
         average_attn_weights: bool = True,
+        kv_cache=None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``; self-attention when they are omitted.
 
@@ -199,10 +200,17 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask: optional (B, S) mask. Boolean: True at padding, the keys to ignore,
                 as in ``nn.MultiheadAttention``. Floating: added to the scores.
             is_causal: if True, query ``i`` may attend to keys ``0..i`` only (top-left aligned),
-                combined with the other masks.
+                combined with the other masks. With ``kv_cache`` the L queries are the last L of
+                the S positions, so query ``i`` may attend to keys ``0..S - L + i`` (bottom-right
+                aligned).
             need_weights: if True, also return the attention weights (a slower path that
                 materialises them); if False, use ``F.scaled_dot_product_attention``.
             average_attn_weights: if True, the returned weights are averaged over the heads.
+            kv_cache: optional cache of the keys and values of earlier positions, for generation
+                (self-attention only). Any object with a method ``update(k, v)`` that appends the
+                new (B, h, L, head_dim) keys and values and returns those of all S positions so far,
+                (B, h, S, head_dim) each, for example a layer of Chapter 12's
+                :class:`~transformer_lib.generation.KVCache`. Masks then have S keys.
 
         Returns:
             A pair ``(out, weights)``: ``out`` is (B, L, d_model) with the dtype of ``query``;
@@ -212,15 +220,25 @@ class MultiHeadAttention(nn.Module):
             zero weights and a zero attention output.
 
         Raises:
-            TypeError: for a non-tensor input or a mask whose dtype is neither bool nor floating.
+            TypeError: for a non-tensor input, a mask whose dtype is neither bool nor floating, or
+                a ``kv_cache`` without an ``update`` method.
             ValueError: for an input that is not (batch, length, d_model), different batch sizes,
-                key and value of different lengths, or a mask of the wrong shape.
+                key and value of different lengths, a mask of the wrong shape, or a ``kv_cache``
+                with cross-attention.
         """
         E, h = self.d_model, self.n_head
         if not isinstance(is_causal, bool):
             raise TypeError(f"MultiHeadAttention: is_causal must be a bool, got {type(is_causal).__name__}")
         _check_input("query", query, E)
         B, L = query.shape[:2]
+        if kv_cache is not None:
+            if not callable(getattr(kv_cache, "update", None)):
+                raise TypeError(
+                    "MultiHeadAttention: kv_cache must be None or have a method update(k, v), "
+                    f"got {type(kv_cache).__name__}"
+                )
+            if (key is not None and key is not query) or (value is not None and value is not query):
+                raise ValueError("MultiHeadAttention: kv_cache works with self-attention only; got a key or value")
         if key is None:
             key = query
         if value is None:
@@ -239,10 +257,17 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = F.linear(key, w[E : 2 * E], bk), F.linear(value, w[2 * E :], bv)
             q, k, v = (t.unflatten(-1, (h, -1)).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d_k)
+        past = 0  # positions before the first query
+        if kv_cache is not None:  # generation: the keys and values of the earlier positions, then these
+            k, v = kv_cache.update(k, v)  # (B, h, S, d_k)
+            S = k.size(2)
+            past = S - L
+            if L == 1:
+                is_causal = False  # one new query, the last position, may see every key
 
         mask = None
-        if attn_mask is not None or key_padding_mask is not None:
-            mask = self._mask(attn_mask, key_padding_mask, is_causal, B, L, S, query.dtype, query.device)
+        if attn_mask is not None or key_padding_mask is not None or (is_causal and past > 0):
+            mask = self._mask(attn_mask, key_padding_mask, is_causal, B, L, S, query.dtype, query.device, past)
             is_causal = False  # folded into mask
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
@@ -283,8 +308,12 @@ class MultiHeadAttention(nn.Module):
         S: int,
         dtype: torch.dtype,
         device: torch.device,
+        past: int = 0,
     ) -> Tensor:
-        """Validate the masks and combine them into one, broadcastable to (B, h, L, S)."""
+        """Validate the masks and combine them into one, broadcastable to (B, h, L, S).
+
+        With ``past > 0`` (a cache), the causal mask is aligned at the bottom-right corner.
+        """
         mask = None
         if attn_mask is not None:
             _check_mask_dtype("attn_mask", attn_mask)
@@ -311,7 +340,11 @@ class MultiHeadAttention(nn.Module):
                 kpm = ~kpm  # True = padding (nn.MultiheadAttention) -> True = may attend
             mask = kpm if mask is None else _merge_masks(mask, kpm, dtype)
         if is_causal:
-            mask = _merge_masks(mask, causal_mask(L, S, device=device), dtype)
+            if past == 0:
+                causal = causal_mask(L, S, device=device)
+            else:  # query i is position past + i
+                causal = torch.ones(L, S, dtype=torch.bool, device=device).tril(past)
+            mask = causal if mask is None else _merge_masks(mask, causal, dtype)
         return mask if mask.dtype == torch.bool else mask.to(dtype)
 
     @classmethod
