@@ -1,0 +1,231 @@
+"""Tests for transformer_lib.interpret (Chapter 14: looking inside)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_lib.interpret import Trace, attention_entropy, logit_lens, pca, trace
+from transformer_lib.model import GPT, GPTConfig
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig.from_preset("tiny"))
+    # Larger query and key weights than GPT-2's initialisation, so that attention is far from
+    # uniform and a wrong mask or a wrong head order would show in the comparisons.
+    with torch.no_grad():
+        for block in m.blocks:
+            block.attn.in_proj.weight.mul_(8.0)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def idx(model):
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, model.config.vocab_size, (3, model.config.block_size), generator=g)
+
+
+def test_trace_shapes_and_dtypes(model, idx):
+    c = model.config
+    tr = trace(model, idx)
+    assert isinstance(tr, Trace)
+    B, T = idx.shape
+    assert tr.hidden.shape == (c.n_layer + 1, B, T, c.n_embd)
+    assert tr.hidden_mid.shape == (c.n_layer, B, T, c.n_embd)
+    assert tr.attn.shape == (c.n_layer, B, c.n_head, T, T)
+    assert tr.logits.shape == (B, T, c.vocab_size)
+    for t in (tr.hidden, tr.hidden_mid, tr.attn, tr.logits):
+        assert t.dtype == torch.float32
+        assert not t.requires_grad
+
+
+def test_trace_reproduces_model_logits(model, idx):
+    tr = trace(model, idx)
+    with torch.no_grad():
+        ref, _ = model(idx)
+    torch.testing.assert_close(tr.logits, ref, atol=1e-5, rtol=0)
+
+
+def test_trace_hidden_matches_blocks(model, idx):
+    """hidden[l] is the output of block l run through the block's own forward."""
+    tr = trace(model, idx)
+    with torch.no_grad():
+        x = model.wte(idx) + model.wpe(idx.size(1))
+        torch.testing.assert_close(tr.hidden[0], x, atol=0, rtol=0)
+        for l, block in enumerate(model.blocks):
+            x = block(x, is_causal=True)
+            torch.testing.assert_close(tr.hidden[l + 1], x, atol=1e-5, rtol=0)
+
+
+def test_trace_attention_rows_sum_to_one_and_causal(model, idx):
+    tr = trace(model, idx)
+    T = idx.size(1)
+    torch.testing.assert_close(tr.attn.sum(-1), torch.ones(tr.attn.shape[:-1]), atol=1e-6, rtol=0)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    assert (tr.attn[..., future] == 0).all()
+    assert (tr.attn[..., ~future] > 0).all()  # every allowed key gets some weight
+
+
+def test_trace_attention_matches_hand_softmax(model, idx):
+    tr = trace(model, idx)
+    c = model.config
+    B, T = idx.shape
+    d = c.n_embd // c.n_head
+    with torch.no_grad():
+        for l, block in enumerate(model.blocks):
+            h = block.ln1(tr.hidden[l])
+            q, k, _ = block.attn.in_proj(h).split(c.n_embd, dim=-1)
+            q, k = (t.view(B, T, c.n_head, d).transpose(1, 2) for t in (q, k))
+            scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            torch.testing.assert_close(tr.attn[l], scores.softmax(-1), atol=1e-6, rtol=0)
+
+
+def test_trace_restores_training_mode(model, idx):
+    model.train()
+    try:
+        trace(model, idx)
+        assert model.training
+    finally:
+        model.eval()
+    trace(model, idx)
+    assert not model.training
+
+
+def test_trace_shorter_sequence(model):
+    tr = trace(model, torch.tensor([[1, 2, 3]]))
+    assert tr.attn.shape[-2:] == (3, 3)
+    assert tr.attn[..., 0, 0].eq(1).all()  # the first query can only see itself
+
+
+def test_trace_bad_inputs(model, idx):
+    with pytest.raises(TypeError, match="trace: model must be a transformer_lib GPT"):
+        trace(torch.nn.Linear(2, 2), idx)
+    with pytest.raises(TypeError, match="trace: idx must be an int64 tensor.*int32"):
+        trace(model, idx.int())
+    with pytest.raises(TypeError, match="trace: idx must be an int64 tensor.*list"):
+        trace(model, [[1, 2]])
+    with pytest.raises(ValueError, match=r"trace: idx must have shape \(B, T\).*\(16,\)"):
+        trace(model, idx[0])
+    with pytest.raises(ValueError, match="trace: idx has T=17 positions but the model's block_size is 16"):
+        trace(model, torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"trace: idx holds the id 65, outside \[0, vocab_size\)"):
+        trace(model, torch.tensor([[0, 65]]))
+    with pytest.raises(ValueError, match="trace: idx holds the id -1"):
+        trace(model, torch.tensor([[-1, 3]]))
+
+
+def test_entropy_exact_cases():
+    one_hot = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    uniform = torch.full((5,), 0.2)
+    half = torch.tensor([0.5, 0.5, 0.0])
+    assert attention_entropy(one_hot[None]).item() == 0.0
+    assert attention_entropy(uniform[None]).item() == pytest.approx(math.log(5), abs=1e-6)
+    assert attention_entropy(half[None]).item() == pytest.approx(math.log(2), abs=1e-7)
+    # causal uniform attention: row t spreads over t + 1 keys, entropy ln(t + 1)
+    T = 6
+    w = torch.tril(torch.ones(T, T, dtype=torch.float64))
+    w = w / w.sum(-1, keepdim=True)
+    torch.testing.assert_close(attention_entropy(w), torch.log(torch.arange(1, T + 1, dtype=torch.float64)))
+
+
+def test_entropy_matches_categorical_and_shape(model, idx):
+    tr = trace(model, idx)
+    ours = attention_entropy(tr.attn)
+    assert ours.shape == tr.attn.shape[:-1]
+    assert ours.dtype == torch.float32
+    ref = torch.distributions.Categorical(probs=tr.attn).entropy()
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    assert attention_entropy(tr.attn.double()).dtype == torch.float64
+
+
+def test_entropy_bad_inputs():
+    with pytest.raises(TypeError, match="attention_entropy: weights must be a floating-point tensor.*int64"):
+        attention_entropy(torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match="attention_entropy: weights must be a floating-point tensor.*ndarray"):
+        attention_entropy(np.ones((2, 2)) / 2)
+    with pytest.raises(ValueError, match=r"attention_entropy: weights must have shape \(..., L, S\).*\(4,\)"):
+        attention_entropy(torch.full((4,), 0.25))
+    with pytest.raises(ValueError, match="attention_entropy: weights must be non-negative.*-1"):
+        attention_entropy(torch.tensor([[2.0, -1.0]]))
+    with pytest.raises(ValueError, match="attention_entropy: weights must be non-negative"):
+        attention_entropy(torch.tensor([[float("nan"), 1.0]]))
+    with pytest.raises(ValueError, match="attention_entropy: each row of weights must sum to 1.*3"):
+        attention_entropy(torch.tensor([[0.5, 0.5], [1.0, 2.0]]))
+
+
+def test_logit_lens_last_layer_equals_logits(model, idx):
+    tr = trace(model, idx)
+    lens = logit_lens(model, tr.hidden)
+    c = model.config
+    assert lens.shape == (c.n_layer + 1, *idx.shape, c.vocab_size)
+    torch.testing.assert_close(lens[-1], tr.logits, atol=0, rtol=0)
+    with torch.no_grad():
+        ref, _ = model(idx)
+    torch.testing.assert_close(lens[-1], ref, atol=1e-5, rtol=0)
+    assert not lens.requires_grad
+
+
+def test_logit_lens_bad_inputs(model):
+    with pytest.raises(TypeError, match="logit_lens: model must be a transformer_lib GPT"):
+        logit_lens("gpt", torch.zeros(2, 32))
+    with pytest.raises(TypeError, match="logit_lens: hidden must be a floating-point tensor.*int64"):
+        logit_lens(model, torch.zeros(2, 32, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"logit_lens: hidden must have shape \(..., n_embd=32\).*\(2, 31\)"):
+        logit_lens(model, torch.zeros(2, 31))
+
+
+def test_pca_matches_eigh():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 8)) @ rng.normal(size=(8, 8)) + 3.0
+    proj, comp, ratio = pca(torch.from_numpy(x), 4)
+    assert proj.shape == (50, 4) and comp.shape == (4, 8) and ratio.shape == (4,)
+    assert proj.dtype == comp.dtype == ratio.dtype == torch.float64
+    xc = x - x.mean(0)
+    evals, evecs = np.linalg.eigh(np.cov(x, rowvar=False))
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    np.testing.assert_allclose(ratio.numpy(), evals[:4] / evals.sum(), atol=1e-12)
+    ref = evecs[:, :4].T
+    ref = ref * np.sign((ref * comp.numpy()).sum(1, keepdims=True))  # align the signs
+    np.testing.assert_allclose(comp.numpy(), ref, atol=1e-10)
+    np.testing.assert_allclose(proj.numpy(), xc @ ref.T, atol=1e-10)
+    np.testing.assert_allclose(comp.numpy() @ comp.numpy().T, np.eye(4), atol=1e-12)
+
+
+def test_pca_sign_convention_and_full_rank():
+    torch.manual_seed(0)
+    x = torch.randn(10, 3)
+    proj, comp, ratio = pca(x, 3)
+    largest = comp.gather(1, comp.abs().argmax(1, keepdim=True))
+    assert (largest > 0).all()
+    torch.testing.assert_close(ratio.sum(), torch.tensor(1.0), atol=1e-6, rtol=0)
+    assert (ratio[:-1] >= ratio[1:]).all()
+    # the full rotation keeps every distance between samples
+    torch.testing.assert_close(torch.cdist(proj, proj), torch.cdist(x, x), atol=1e-5, rtol=0)
+    # -x gives the same directions with the same signs, and negated coordinates
+    proj2, comp2, _ = pca(-x, 3)
+    torch.testing.assert_close(comp2, comp, atol=1e-6, rtol=0)
+    torch.testing.assert_close(proj2, -proj, atol=1e-5, rtol=0)
+
+
+def test_pca_bad_inputs():
+    x = torch.randn(5, 3)
+    with pytest.raises(TypeError, match="pca: x must be a floating-point tensor.*int64"):
+        pca(torch.ones(5, 3, dtype=torch.long), 1)
+    with pytest.raises(ValueError, match=r"pca: x must have shape \(N, D\) with N >= 2.*\(5,\)"):
+        pca(torch.randn(5), 1)
+    with pytest.raises(ValueError, match=r"pca: x must have shape \(N, D\) with N >= 2.*\(1, 3\)"):
+        pca(torch.randn(1, 3), 1)
+    with pytest.raises(TypeError, match="pca: k must be an int, got float"):
+        pca(x, 2.0)
+    with pytest.raises(TypeError, match="pca: k must be an int, got bool"):
+        pca(x, True)
+    with pytest.raises(ValueError, match=r"pca: k must be in \[1, min\(N, D\)\] = \[1, 3\], got k=4"):
+        pca(x, 4)
+    with pytest.raises(ValueError, match=r"pca: k must be in .*got k=0"):
+        pca(x, 0)
+    with pytest.raises(ValueError, match="pca: x has no variance"):
+        pca(torch.ones(4, 3), 1)
