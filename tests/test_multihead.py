@@ -462,3 +462,59 @@ def test_kv_cache_errors():
         m(x, kv_cache=[])
     with pytest.raises(ValueError, match="MultiHeadAttention: kv_cache works with self-attention only"):
         m(x, mem, kv_cache=ConcatCache())
+
+
+# ---------------------------------------------------------------- bfloat16 on a CPU: the matmul path
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_matmul_attention_equals_sdpa_in_float64(is_causal):
+    from transformer_lib.multihead import _matmul_attention
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ours = _matmul_attention(q, k, v, is_causal, 0.0)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    torch.testing.assert_close(ours, ref, atol=1e-12, rtol=0)
+    go = torch.randn(ours.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad(ours, (q, k, v), go)
+    grads_ref = torch.autograd.grad(ref, (q, k, v), go)
+    for a, b in zip(grads, grads_ref):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_bfloat16_on_cpu_matches_float32(is_causal, autocast):
+    # bfloat16 keeps 8 bits of mantissa: relative error about 4e-3 per rounding; outputs of order 1.
+    mha32, _ = make_pair(torch.float32)
+    x = make_inputs(torch.float32)[0]
+    ref = mha32(x, is_causal=is_causal)[0]
+    if autocast:  # a float32 module under torch.autocast: the projections run in bfloat16
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = mha32(x, is_causal=is_causal)[0]
+    else:
+        mha16, _ = make_pair(torch.float32)
+        out = mha16.to(torch.bfloat16)(x.to(torch.bfloat16), is_causal=is_causal)[0]
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)
+
+
+def test_bfloat16_with_a_padding_mask_still_matches_float32():
+    mha32, _ = make_pair(torch.float32)
+    x = make_inputs(torch.float32)[0]
+    pad = padding_mask([L, 3], L)
+    ref = mha32(x, key_padding_mask=pad, is_causal=True)[0]
+    out = mha32.to(torch.bfloat16)(x.to(torch.bfloat16), key_padding_mask=pad, is_causal=True)[0]
+    torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)
+
+
+def test_bfloat16_dropout_only_in_training_and_seeded():
+    mha, _ = make_pair(torch.float32, dropout=0.5)
+    mha = mha.to(torch.bfloat16)
+    x = make_inputs(torch.bfloat16)[0]
+    evaluated = mha.eval()(x, is_causal=True)[0]
+    mha.train()
+    torch.manual_seed(7)
+    a = mha(x, is_causal=True)[0]
+    torch.manual_seed(7)
+    b = mha(x, is_causal=True)[0]
+    assert torch.equal(a, b) and not torch.allclose(a, evaluated)

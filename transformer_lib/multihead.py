@@ -120,6 +120,23 @@ def _merge_masks(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
     return a + b
 
 
+def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p: float) -> Tensor:
+    """``softmax(q @ k^T / sqrt(d_k)) @ v`` as two batched matmuls and a softmax, in q's dtype.
+
+    q, k, v: (B, h, L, d_k), (B, h, S, d_k), (B, h, S, d_k); returns (B, h, L, d_k). No mask
+    other than the causal one (top-left aligned), so no query has all its keys masked. In
+    bfloat16, PyTorch's CPU kernels for the matmuls and the softmax accumulate in float32 and round
+    each result once. The scale is applied to q, the smaller operand when L > d_k.
+    """
+    scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)  # (B, h, L, S)
+    if is_causal:
+        scores = scores.masked_fill(~causal_mask(q.size(-2), k.size(-2), device=q.device), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``h`` scaled dot-product attentions side by side, then a projection.
 
@@ -277,6 +294,8 @@ class MultiHeadAttention(nn.Module):
             y = weights @ v
             if average_attn_weights:
                 weights = weights.mean(dim=1)
+        elif mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu":
+            y, weights = _matmul_attention(q, k, v, is_causal, dropout_p), None  # see "How fast is fused?"
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
             weights = None
