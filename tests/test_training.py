@@ -1,5 +1,6 @@
 """Unit tests for transformer_lib.training (chapter 9), against PyTorch's loss, optimizer and clipping."""
 
+import copy
 import io
 import json
 import math
@@ -14,6 +15,7 @@ from transformer_lib.model import GPT, GPTConfig
 from transformer_lib.training import (
     CHECKPOINT_FORMAT,
     AdamW,
+    fused_adamw,
     TrainConfig,
     clip_grad_norm,
     cosine_lr,
@@ -135,6 +137,55 @@ def test_adamw_errors():
         AdamW(p, weight_decay=-0.1)
 
 
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_fused_adamw_matches_ours(dtype, atol):
+    a, b = _pair(dtype)
+    ours = AdamW(_groups(a), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    fused = fused_adamw(_groups(b), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    assert isinstance(fused, torch.optim.AdamW) and fused.defaults["fused"]  # this PyTorch has the CPU kernel
+    _steps([(a, ours), (b, fused)], dtype, 20)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=atol, rtol=0)
+
+
+def test_fused_adamw_state_dict_loads_into_ours_and_back():
+    a, b = _pair(torch.float64)
+    fused = fused_adamw(_groups(a), lr=1e-2)
+    _steps([(a, fused)], torch.float64, 5)
+    b.load_state_dict(a.state_dict())
+    ours = AdamW(_groups(b), lr=1e-2)
+    ours.load_state_dict(copy.deepcopy(fused.state_dict()))  # a live state_dict shares its tensors
+    _steps([(a, fused), (b, ours)], torch.float64, 5, seed=9)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-12, rtol=0)
+    again = fused_adamw(_groups(a), lr=1e-2)
+    again.load_state_dict(copy.deepcopy(ours.state_dict()))
+    assert int(again.state_dict()["state"][0]["step"]) == 10
+
+
+def test_fused_adamw_falls_back_to_ours(monkeypatch):
+    class NoFused(torch.optim.AdamW):
+        def __init__(self, *args, fused=None, **kwargs):
+            if fused:
+                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", NoFused)
+    groups = _groups(_pair(torch.float32)[0])
+    opt = fused_adamw(groups, lr=1e-2, weight_decay=0.3)
+    assert type(opt) is AdamW
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.0] and opt.param_groups[1]["lr"] == 5e-3
+    assert "lr" not in groups[0]  # the caller's group dicts are not filled in
+
+
+def test_fused_adamw_errors():
+    p = [nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match="lr must be"):
+        fused_adamw(p, lr=-1.0)
+    with pytest.raises(ValueError, match="betas"):
+        fused_adamw(p, betas=(0.9, 1.5))
+
+
 # ---------------------------------------------------------------- weight_decay_groups
 def test_weight_decay_groups_tied_once_and_no_decay_for_vectors():
     model = GPT(TINY)
@@ -211,6 +262,7 @@ def test_clip_grad_norm_errors():
     (dict(betas=(0.9, 1.2)), ValueError, "betas"),
     (dict(grad_clip=-1.0), ValueError, "grad_clip"),
     (dict(device=0), TypeError, "device"),
+    (dict(precision="float16"), ValueError, "precision must be 'float32' or 'bfloat16'"),
 ])
 def test_train_config_validation(kw, exc, match):
     with pytest.raises(exc, match=match):
@@ -329,9 +381,10 @@ def test_estimate_loss_is_deterministic_and_keeps_mode():
         estimate_loss(model, DATA, generator=None, **kw)
 
 
-def test_resume_is_bit_identical(tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_resume_is_bit_identical(tmp_path, precision):
     cfg = GPTConfig.from_preset("tiny", dropout=0.1)
-    tc = small_config(max_steps=20, eval_interval=5, checkpoint_interval=5)
+    tc = small_config(max_steps=20, eval_interval=5, checkpoint_interval=5, precision=precision)
     torch.manual_seed(0)
     straight = GPT(cfg)
     h1 = train(straight, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "a", progress=False)
@@ -343,6 +396,21 @@ def test_resume_is_bit_identical(tmp_path):
     assert [h["step"] for h in h2] == list(range(20))
     assert torch.equal(torch.tensor([h["loss"] for h in h1]), torch.tensor([h["loss"] for h in h2]))
     assert all(torch.equal(p, q) for p, q in zip(straight.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_bfloat16_training_follows_float32():
+    # Mixed precision: float32 weights and optimizer state, the forward pass under bfloat16 autocast.
+    histories, models = {}, {}
+    for precision in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        models[precision] = GPT(TINY)
+        histories[precision] = [h["loss"] for h in train(
+            models[precision], DATA[:2500], DATA[2500:], small_config(max_steps=30, lr=1e-2, min_lr=1e-3, precision=precision), progress=False)]
+    assert all(p.dtype == torch.float32 for p in models["bfloat16"].parameters())
+    assert histories["float32"] != histories["bfloat16"]  # the precision did change the arithmetic
+    late = [sum(h[-10:]) / 10 for h in histories.values()]
+    assert abs(late[0] - late[1]) <= 0.05, late  # bfloat16 keeps about 3 significant digits
+    assert late[1] < histories["bfloat16"][0] - 0.5, late  # and it trains
 
 
 def test_train_writes_metrics_and_checkpoint(tmp_path):
