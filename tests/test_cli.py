@@ -113,6 +113,16 @@ def test_train_writes_a_self_contained_run_directory(tmp_path, data_file):
     assert run["data"] == str(data_file.resolve()) and len(run["data_sha256"]) == 64
 
 
+def test_precision_flag_reaches_the_train_config(tmp_path, data_file, capsys):
+    out = tmp_path / "run"
+    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", out, "--max-steps", 4, *FAST,
+                              "--precision", "bfloat16")
+    assert status == 0, err
+    assert load_checkpoint(out / "ckpt.pt")["train_config"]["precision"] == "bfloat16"
+    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "b", "--precision", "half")
+    assert status == 2 and "--precision" in err and "invalid choice" in err
+
+
 def test_config_file_sets_the_model(tmp_path, data_file, capsys):
     config = tmp_path / "model.json"
     config.write_text(json.dumps({"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8}))
@@ -322,6 +332,7 @@ def test_resume_with_a_tampered_tokenizer(finished_run, data_file, capsys):
     (["--lr", "0.1"], ["--lr 0.1", "the run has lr=0.004"]),
     (["--max-steps", "8"], ["--max-steps 8", "max_steps=4"]),
     (["--preset", "baby"], ["model differs", "n_layer=4"]),
+    (["--precision", "bfloat16"], ["--precision 'bfloat16'", "the run has precision='float32'"]),
 ])
 def test_resume_with_changed_settings(finished_run, data_file, capsys, args, needles):
     status, _, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--resume", *args)

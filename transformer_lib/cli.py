@@ -56,10 +56,12 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 #: The training defaults of ``train``: Chapter 10's CPU recipe (and ``TrainConfig``'s intervals).
 TRAIN_DEFAULTS = dict(max_steps=2000, batch_size=12, lr=4e-3, min_lr=4e-5, warmup_steps=50, weight_decay=0.1,
-                      betas=(0.9, 0.99), grad_clip=1.0, eval_interval=250, eval_iters=20, seed=1337)
+                      betas=(0.9, 0.99), grad_clip=1.0, eval_interval=250, eval_iters=20, seed=1337,
+                      precision="float32")
 #: The flags of ``train`` that set a field of :class:`~transformer_lib.training.TrainConfig`.
 TRAIN_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
-               "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed"}
+               "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed",
+               "precision": "--precision"}
 
 
 class CLIError(Exception):
@@ -115,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-interval", type=int, metavar="N",
                    help=f"evaluate and write a checkpoint every N steps (default: {d['eval_interval']})")
     p.add_argument("--seed", type=int, help=f"seed of the initialisation and the batches (default: {d['seed']})")
+    p.add_argument("--precision", choices=["float32", "bfloat16"],
+                   help="bfloat16: mixed precision, faster where the processor has bfloat16 instructions "
+                        f"(default: {d['precision']})")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=train_command, command_prog=p.prog)
