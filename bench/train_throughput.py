@@ -1,22 +1,27 @@
 """Training throughput of transformer_lib.GPT next to two same-shape baselines.
 
 One training step is: forward, cross-entropy loss, backward, AdamW step. Each model gets the same
-optimizer (``torch.optim.AdamW`` with its default implementation), the same random batches and the
-same number of threads. After a warm-up, the models take turns (interleaved rounds, so that drift of
-the machine's speed affects all of them alike) and the median over rounds is reported.
+optimizer (``torch.optim.AdamW(fused=True)``, the one our trainer uses), the same random batches,
+the same precision and the same number of threads. After a warm-up, the models take turns
+(interleaved rounds, so that drift of the machine's speed affects all of them alike) and the median
+over rounds is reported.
+
+Precision: ``float32`` (the default), or ``bfloat16`` mixed precision, where every model's forward
+pass runs under ``torch.autocast(dtype=torch.bfloat16)`` with float32 weights and optimizer state.
 
 Baselines:
 - ``torch``: token and position embeddings, an ``nn.TransformerEncoder`` stack of pre-LN GELU
   ``nn.TransformerEncoderLayer``s with a causal mask, a final ``nn.LayerNorm`` and a tied head.
 - ``hf-gpt2``: Hugging Face ``GPT2LMHeadModel`` of the same shape.
 
-MFU (model FLOPs utilisation) is the achieved FLOP/s over the float32 matmul peak measured here, with
-the FLOP count of a training step per token estimated as in nanoGPT: ``6 N + 12 L T d`` (N the
+MFU (model FLOPs utilisation) is the achieved FLOP/s over the matmul peak of the chosen precision
+measured here, with the FLOP count of a training step per token estimated as in nanoGPT: ``6 N + 12 L T d`` (N the
 non-embedding parameters, L layers, T context, d width).
 
 Usage:
     python bench/train_throughput.py                 # both shapes
     python bench/train_throughput.py --shapes baby   # one shape
+    python bench/train_throughput.py --precision bfloat16
 """
 
 from __future__ import annotations
@@ -91,15 +96,16 @@ class HFGPT2LM(nn.Module):
         return self.model(input_ids=idx, use_cache=False).logits
 
 
-def make_step(model: nn.Module, ours: bool):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def make_step(model: nn.Module, ours: bool, precision: str):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        if ours:
-            _, loss = model(x, y)
-        else:
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            if ours:
+                _, loss = model(x, y)
+            else:
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.view(-1))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -107,11 +113,11 @@ def make_step(model: nn.Module, ours: bool):
     return step
 
 
-def matmul_peak_flops(repeats: int = 5) -> float:
-    """Best float32 matmul FLOP/s over a few square sizes."""
+def matmul_peak_flops(dtype: torch.dtype, repeats: int = 5) -> float:
+    """Best matmul FLOP/s in ``dtype`` over a few square sizes."""
     best = 0.0
     for n in (1024, 2048):
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         a @ b
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -128,7 +134,8 @@ def flops_per_token(s: Shape) -> float:
     return 6 * n_params + 12 * L * T * d
 
 
-def run_shape(name: str, s: Shape, rounds: int, seconds: float, bias: bool, peak: float) -> dict[str, float]:
+def run_shape(name: str, s: Shape, rounds: int, seconds: float, bias: bool, peak: float,
+              precision: str) -> dict[str, float]:
     torch.manual_seed(0)
     config = GPTConfig(
         n_layer=s.n_layer, n_head=s.n_head, n_embd=s.n_embd, block_size=s.block_size,
@@ -139,7 +146,7 @@ def run_shape(name: str, s: Shape, rounds: int, seconds: float, bias: bool, peak
         "torch": TorchEncoderLM(s, bias),
         "hf-gpt2": HFGPT2LM(s),
     }
-    steps = {n: make_step(m, ours=(n == "transformer_lib")) for n, m in models.items()}
+    steps = {n: make_step(m, ours=(n == "transformer_lib"), precision=precision) for n, m in models.items()}
     g = torch.Generator().manual_seed(0)
     batches = [
         (torch.randint(s.vocab_size, (s.batch_size, s.block_size), generator=g),
@@ -172,7 +179,7 @@ def run_shape(name: str, s: Shape, rounds: int, seconds: float, bias: bool, peak
     # The machine's speed drifts between rounds; a ratio taken within each round cancels most of it.
     ratio = {n: statistics.median(a / b for a, b in zip(v, tokens["torch"])) for n, v in tokens.items()}
     print(f"\n{name}: {s.n_layer} layers, {s.n_head} heads, {s.n_embd} wide, context {s.block_size}, "
-          f"batch {s.batch_size}, vocab {s.vocab_size}, bias={bias}; {rounds} rounds of {n_steps} steps")
+          f"batch {s.batch_size}, vocab {s.vocab_size}, bias={bias}, {precision}; {rounds} rounds of {n_steps} steps")
     print(f"{'model':>16} {'tokens/s':>10} {'ms/step':>9} {'MFU':>6} {'vs torch':>9}   "
           "(tokens/s min..max; vs torch: median of per-round ratios, min..max)")
     for n, v in median.items():
@@ -190,14 +197,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="about this long per model and round")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-bias", action="store_true", help="no biases in ours and the torch baseline")
+    parser.add_argument("--precision", choices=["float32", "bfloat16"], default="float32",
+                        help="bfloat16: mixed precision (autocast) for every model")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    peak = matmul_peak_flops()
+    peak = matmul_peak_flops(getattr(torch, args.precision))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"float32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+          f"{args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s")
     for name in args.shapes:
-        run_shape(name, SHAPES[name], args.rounds, args.seconds, not args.no_bias, peak)
+        run_shape(name, SHAPES[name], args.rounds, args.seconds, not args.no_bias, peak, args.precision)
 
 
 if __name__ == "__main__":
