@@ -200,8 +200,8 @@ def fused_adamw(params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.9
     ``torch.optim.AdamW(fused=True)`` computes the same update as :class:`AdamW` in one pass over
     memory. It needs PyTorch >= 2.4 on a CPU (earlier on CUDA); where PyTorch refuses it for the
     parameters' device or dtype, our :class:`AdamW` is returned. Create the optimizer after moving
-    the parameters to their device. Both keep the same per-parameter state, so their
-    ``state_dict()``s are interchangeable.
+    the parameters to their device. Both keep the same per-parameter state, so the
+    ``state_dict()`` of either loads into the other.
 
     Args:
         params: an iterable of parameters, or of dicts defining parameter groups.
