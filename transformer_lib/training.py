@@ -342,9 +342,9 @@ class TrainConfig(_JSONConfig):
         seed: seed of the global RNG (fresh runs) and of the batch generators (>= 0).
         device: where to train, e.g. ``"cpu"`` or ``"cuda"``.
         precision: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass runs
-            under ``torch.autocast`` with bfloat16 (matrix products in bfloat16, reductions such as
-            softmax, normalisation and the loss in float32), while the parameters, gradients and
-            optimizer state stay float32. Evaluations always run in float32.
+            under ``torch.autocast`` with bfloat16, which rounds the inputs of matrix products to
+            bfloat16 and computes the loss in float32; the parameters, gradients and optimizer
+            state stay float32. Evaluations always run in float32.
 
     Raises:
         TypeError: if a field has the wrong type.
