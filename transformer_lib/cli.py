@@ -35,7 +35,6 @@ import os
 import shlex
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -44,7 +43,7 @@ import torch.distributed as dist
 
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.generation import generate
-from transformer_lib.model import GPT, GPT_PRESETS, GPTConfig
+from transformer_lib.model import GPT, GPT_PRESETS, GPTConfig, _atomic_write
 from transformer_lib.training import TrainConfig, load_checkpoint, train
 
 
@@ -161,15 +160,8 @@ RUN_FORMAT = "transformer_lib.run/1"
 
 def _write_json(path: Path, obj: dict) -> None:
     """Write JSON atomically (temporary file, then ``os.replace``), as checkpoints are written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    text = json.dumps(obj, indent=1) + "\n"
+    _atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def save_tokenizer(tokenizer: CharTokenizer, path) -> None:

@@ -23,7 +23,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
@@ -73,6 +73,26 @@ def _activation_field(where: str, value) -> str:
     return value
 
 
+def _atomic_write(path: str | os.PathLike, write: Callable) -> None:
+    """Call ``write(f)`` on a temporary binary file beside ``path``, fsync it, then rename it onto ``path``.
+
+    ``os.replace`` is atomic, so a reader, or a crash in the middle of ``write``, leaves either the
+    old file or the new one, never half of one; the temporary file is removed on failure.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 class _JSONConfig:
     """Dictionary and JSON round trips, shared by the dataclass configurations of this module."""
 
@@ -89,17 +109,8 @@ class _JSONConfig:
         Args:
             path: the file to write; an existing file is replaced.
         """
-        path = Path(path)
         text = json.dumps(self.to_dict(), indent=2) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        _atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
     @classmethod
     def from_dict(cls, d: Mapping):

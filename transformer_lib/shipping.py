@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib.model import GPT, GPTConfig
+from transformer_lib.model import GPT, GPTConfig, _atomic_write
 
 #: The file names that :func:`save_pretrained` writes in its directory (Hugging Face's names).
 WEIGHTS_NAME = "model.safetensors"
@@ -145,21 +145,6 @@ def _tied_groups(state: Mapping[str, Tensor]) -> list[list[str]]:
     return list(groups.values())
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it onto ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_pretrained(model: GPT, directory: str | os.PathLike, *,
                     metadata: Mapping[str, str] | None = None) -> None:
     """Save a GPT as ``model.safetensors`` (weights) and ``config.json`` (configuration).
@@ -210,7 +195,8 @@ def save_pretrained(model: GPT, directory: str | os.PathLike, *,
     }
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(directory / WEIGHTS_NAME, safetensors.torch.save(tensors, metadata=meta))
+    data = safetensors.torch.save(tensors, metadata=meta)
+    _atomic_write(directory / WEIGHTS_NAME, lambda f: f.write(data))
     model.config.to_json(directory / CONFIG_NAME)  # atomic as well (Chapter 6)
 
 

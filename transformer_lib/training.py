@@ -26,7 +26,6 @@ import math
 import os
 import pickle
 import random
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from transformer_lib.data import get_batch
-from transformer_lib.model import GPT, GPTConfig, _JSONConfig, _float_field, _int_field
+from transformer_lib.model import GPT, GPTConfig, _atomic_write, _JSONConfig, _float_field, _int_field
 
 
 def _log_softmax(logits: Tensor) -> Tensor:
@@ -502,18 +501,7 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         "rng": _rng_states(generator),
         "metrics": metrics if metrics is not None else {},
     }
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _atomic_write(path, lambda f: torch.save(checkpoint, f))  # Chapter 6's temporary file + rename
 
 
 def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
