@@ -16,6 +16,7 @@ from transformer_lib.block import (
     layer_norm,
     rms_norm,
 )
+from test_multihead import ConcatCache  # the test cache of the multi-head tests
 
 # float32: eps 1.2e-7, outputs of order 1 computed in different orders; float64: a few ulp.
 ATOL = {torch.float32: 1e-6, torch.float64: 1e-12}
@@ -500,18 +501,6 @@ def test_block_errors():
         block(torch.randn(B, T, D), key_padding_mask=torch.zeros(B, T + 1, dtype=torch.bool))
 
 
-class _ConcatCache:
-    """Keeps every key and value; update(k, v) appends along the positions (chapter 12's protocol)."""
-
-    def __init__(self):
-        self.k = self.v = None
-
-    def update(self, k, v):
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
-
-
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_block_with_kv_cache_in_pieces_equals_the_whole_sequence(norm_first):
     torch.manual_seed(0)
@@ -519,7 +508,7 @@ def test_block_with_kv_cache_in_pieces_equals_the_whole_sequence(norm_first):
     x = randn(B, T, D)
     with torch.no_grad():
         whole = block(x, is_causal=True)
-        cache = _ConcatCache()
+        cache = ConcatCache()
         pieces = [block(x[:, a:b], is_causal=True, kv_cache=cache) for a, b in ((0, 3), (3, 4), (4, 7))]
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=0, atol=ATOL[torch.float64])
     assert cache.k.shape == (B, H, T, D // H)
