@@ -36,6 +36,7 @@ from torch import Tensor
 from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock, _activation_name
 from transformer_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from transformer_lib.multihead import MultiHeadAttention
+from transformer_lib.utils import JSONConfig as _JSONConfig, atomic_write as _atomic_write
 
 
 def _int_field(where: str, name: str, value, minimum: int = 1) -> int:
@@ -71,101 +72,6 @@ def _activation_field(where: str, value) -> str:
         choices = ", ".join(repr(a) for a in _ACTIVATIONS)
         raise ValueError(f"{where}: activation must be one of {choices}, got activation={value!r}")
     return value
-
-
-def _atomic_write(path: str | os.PathLike, write: Callable) -> None:
-    """Call ``write(f)`` on a temporary binary file beside ``path``, fsync it, then rename it onto ``path``.
-
-    ``os.replace`` is atomic, so a reader, or a crash in the middle of ``write``, leaves either the
-    old file or the new one, never half of one; the temporary file is removed on failure.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-class _JSONConfig:
-    """Dictionary and JSON round trips, shared by the dataclass configurations of this module."""
-
-    def to_dict(self) -> dict:
-        """The fields as a plain ``dict`` (field name -> value), in declaration order."""
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | os.PathLike) -> None:
-        """Write the fields to a file as a JSON object.
-
-        The text goes to a temporary file in the same folder, which is then renamed over ``path``
-        (``os.replace`` is atomic), so a reader never sees a half-written file.
-
-        Args:
-            path: the file to write; an existing file is replaced.
-        """
-        text = json.dumps(self.to_dict(), indent=2) + "\n"
-        _atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-    @classmethod
-    def from_dict(cls, d: Mapping):
-        """Build a configuration from a mapping of field names to values.
-
-        Args:
-            d: field name -> value. Missing fields take their defaults; fields without a default
-                are required.
-
-        Returns:
-            A new configuration, validated as by the constructor.
-
-        Raises:
-            TypeError: if ``d`` is not a mapping, or a value has the wrong type.
-            ValueError: if ``d`` has keys that are not fields or lacks a required one (the keys are
-                named), or a value is invalid.
-        """
-        where = f"{cls.__name__}.from_dict"
-        if not isinstance(d, Mapping):
-            raise TypeError(f"{where}: d must be a mapping, got {type(d).__name__}")
-        fields = dataclasses.fields(cls)
-        names = [f.name for f in fields]
-        unknown = [k for k in d if k not in names]
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {unknown}; the fields are {names}")
-        no_default = dataclasses.MISSING
-        missing = [f.name for f in fields
-                   if f.name not in d and f.default is no_default and f.default_factory is no_default]
-        if missing:
-            raise ValueError(f"{where}: missing required keys {missing}")
-        return cls(**d)
-
-    @classmethod
-    def from_json(cls, path: str | os.PathLike):
-        """Read a configuration written by ``to_json``.
-
-        Args:
-            path: a JSON file holding an object of field name -> value.
-
-        Returns:
-            A new configuration, validated as by the constructor.
-
-        Raises:
-            ValueError: if the file is not valid JSON or does not hold a JSON object (the
-                message names the file), or its fields are invalid.
-        """
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{cls.__name__}.from_json: {os.fspath(path)} is not valid JSON: {err}") from None
-        if not isinstance(d, dict):
-            raise ValueError(
-                f"{cls.__name__}.from_json: {os.fspath(path)} must hold a JSON object, got {type(d).__name__}"
-            )
-        return cls.from_dict(d)
 
 
 @dataclass
