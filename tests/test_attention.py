@@ -114,19 +114,34 @@ def test_softmax_np_axis_and_nan_row():
 @pytest.mark.parametrize(
     "fn, x, kwargs, error, match",
     [
-        (softmax, [1.0, 2.0], {}, TypeError, "softmax: x must be a torch.Tensor, got list"),
-        (softmax, torch.tensor([1, 2]), {}, TypeError, "x must have a floating dtype, got x.dtype=int64"),
+        (softmax, [1.0, 2.0], {}, TypeError, "x must be a tensor, got list"),
+        (softmax, torch.tensor([1, 2]), {}, TypeError, "x .*int64"),
         (softmax, torch.tensor(1.0), {}, ValueError, "x must have at least one dimension"),
-        (softmax, torch.zeros(2, 3), {"dim": 2}, ValueError, r"dim must be in \[-2, 1\].*got dim=2"),
-        (softmax, torch.zeros(2, 3), {"dim": 1.0}, TypeError, "dim must be an int, got float"),
-        (softmax_np, torch.zeros(3), {}, TypeError, "softmax_np: x must be a numpy.ndarray, got Tensor"),
-        (softmax_np, np.arange(3), {}, TypeError, "x must have a floating dtype, got x.dtype=int64"),
-        (softmax_np, np.zeros((2, 3)), {"axis": -3}, ValueError, r"axis must be in \[-2, 1\].*got axis=-3"),
+        (softmax, torch.zeros(2, 3), {"dim": 2}, ValueError, r"dim .*\[-2, 1\].*dim=2"),
+        (softmax, torch.zeros(2, 3), {"dim": 1.0}, TypeError, "dim must be an int"),
+        (softmax_np, torch.zeros(3), {}, TypeError, "x must be a NumPy array, got Tensor"),
+        (softmax_np, np.arange(3), {}, TypeError, "x .*int64"),
+        (softmax_np, np.zeros(()), {}, ValueError, "x must have at least one dimension"),
+        (softmax_np, np.zeros((2, 3)), {"axis": -3}, ValueError, r"axis .*\[-2, 1\].*axis=-3"),
+        (softmax_np, np.zeros((2, 3)), {"axis": None}, TypeError, "axis must be an int"),
     ],
 )
 def test_softmax_bad_input(fn, x, kwargs, error, match):
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match=f"{fn.__name__}: {match}"):
         fn(x, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_empty_to_zero_gives_zero_rows_and_finite_gradients(dtype):
+    x = torch.tensor([[0.0, 1.0, float("-inf")], [float("-inf")] * 3], dtype=dtype, requires_grad=True)
+    out = softmax(x, empty_to_zero=True)
+    assert torch.equal(out[1], torch.zeros(3, dtype=dtype))
+    torch.testing.assert_close(out[0], torch.softmax(x[0], dim=-1), rtol=0, atol=ATOL[dtype])
+    (grad,) = torch.autograd.grad(out[0, 0] + out[1].sum(), x)
+    assert torch.isfinite(grad).all()
+    out_np = softmax_np(x.detach().numpy(), empty_to_zero=True)
+    np.testing.assert_array_equal(out_np[1], np.zeros(3))
+    np.testing.assert_allclose(out_np[0], out[0].detach().numpy(), rtol=0, atol=ATOL[dtype])
 
 
 # ---------------------------------------------------------------- mask builders
@@ -169,17 +184,17 @@ def test_mask_builders_place_tensors_on_the_requested_device():
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: causal_mask(-1), ValueError, "causal_mask: size_q must be >= 0, got size_q=-1"),
-        (lambda: causal_mask(3, -2), ValueError, "size_k must be >= 0, got size_k=-2"),
-        (lambda: causal_mask(3.0), TypeError, "size_q must be an int, got float"),
-        (lambda: causal_mask(True), TypeError, "size_q must be an int, got bool"),
-        (lambda: padding_mask([3, 5], max_len=4), ValueError, r"padding_mask: every length must be <= max_len=4, got lengths=\[3, 5\]"),
-        (lambda: padding_mask([3, -1]), ValueError, r"lengths must be >= 0, got lengths=\[3, -1\]"),
-        (lambda: padding_mask([3, 1], max_len=-1), ValueError, "max_len must be >= 0, got max_len=-1"),
-        (lambda: padding_mask([3, 1.5]), TypeError, "lengths must hold ints, got float at index 1"),
-        (lambda: padding_mask(torch.tensor([[1, 2]])), TypeError, r"lengths must be a 1-D integer tensor, got shape \(1, 2\)"),
-        (lambda: padding_mask(torch.tensor([1.0, 2.0])), TypeError, "lengths must be a 1-D integer tensor.*float32"),
-        (lambda: padding_mask(3), TypeError, "lengths must be a sequence of ints or a 1-D integer tensor, got int"),
+        (lambda: causal_mask(-1), ValueError, "causal_mask: size_q .*size_q=-1"),
+        (lambda: causal_mask(3, -2), ValueError, "causal_mask: size_k .*size_k=-2"),
+        (lambda: causal_mask(3.0), TypeError, "causal_mask: size_q must be an int"),
+        (lambda: causal_mask(True), TypeError, "causal_mask: size_q must be an int"),
+        (lambda: padding_mask([3, 5], max_len=4), ValueError, r"padding_mask: .*max_len=4, got lengths=\[3, 5\]"),
+        (lambda: padding_mask([3, -1]), ValueError, r"padding_mask: lengths must be >= 0, got lengths=\[3, -1\]"),
+        (lambda: padding_mask([3, 1], max_len=-1), ValueError, "padding_mask: max_len .*max_len=-1"),
+        (lambda: padding_mask([3, 1.5]), TypeError, r"padding_mask: lengths\[1\] must be an int"),
+        (lambda: padding_mask(torch.tensor([[1, 2]])), ValueError, r"padding_mask: lengths must be 1-D, got lengths.shape=\(1, 2\)"),
+        (lambda: padding_mask(torch.tensor([1.0, 2.0])), TypeError, "padding_mask: lengths .*float32"),
+        (lambda: padding_mask(3), TypeError, "padding_mask: lengths must be a sequence of ints or a 1-D integer tensor, got int"),
     ],
 )
 def test_mask_builders_bad_input(call, error, match):
@@ -390,20 +405,20 @@ def cast(x, dtype: str):
 # In the expected messages, {array} is the backend's array type and {wrong} the other one's class name.
 ATTENTION_ERROR_CASES = {
     "E differs": (lambda q, k, v, to, wrong: ((q, k[..., :4], v), {}), ValueError,
-                  r"q and k must have the same last dimension \(E\), got q.shape=\(2, 5, 8\) and k.shape=\(2, 7, 4\)"),
+                  r"q and k must have the same last dimension .*q.shape=\(2, 5, 8\) and k.shape=\(2, 7, 4\)"),
     "S differs": (lambda q, k, v, to, wrong: ((q, k, v[:, :6]), {}), ValueError,
-                  r"k and v must have the same number of keys \(S, dimension -2\), got k.shape=\(2, 7, 8\) and v.shape=\(2, 6, 6\)"),
+                  r"k and v must have the same number of keys .*k.shape=\(2, 7, 8\) and v.shape=\(2, 6, 6\)"),
     "batch differs": (lambda q, k, v, to, wrong: ((q[0], k, v), {}), ValueError,
                       r"q, k, v must have the same leading \(batch\) dimensions, got q.shape=\(5, 8\) and k.shape=\(2, 7, 8\)"),
     "rank < 2": (lambda q, k, v, to, wrong: ((q[0, 0], k, v), {}), ValueError,
-                 r"q must have at least 2 dimensions \(\.\.\., L, features\), got q.shape=\(8,\)"),
+                 r"q must have at least 2 dimensions .*q.shape=\(8,\)"),
     "mixed dtypes": (lambda q, k, v, to, wrong: ((q, k, cast(v, "float32")), {}), TypeError,
-                     "q, k, v must have the same dtype, got q.dtype=float64, k.dtype=float64, v.dtype=float32"),
+                     "q, k, v must have the same dtype, got q.dtype=.*float64, k.dtype=.*float64, v.dtype=.*float32"),
     "integer q": (lambda q, k, v, to, wrong: ((cast(q, "int64"), k, v), {}), TypeError,
-                  "q must have a floating dtype, got q.dtype=int64"),
+                  "q must have a floating dtype, got q.dtype=.*int64"),
     "k of the other backend": (lambda q, k, v, to, wrong: ((q, wrong, v), {}), TypeError, "k must be a {array}, got {wrong}"),
     "integer mask": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": to(torch.ones(5, 7, dtype=torch.long))}), TypeError,
-                     r"attn_mask must have dtype bool .* got attn_mask.dtype=int64"),
+                     r"attn_mask must have dtype bool .* got attn_mask.dtype=.*int64"),
     "mask shape": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": to(torch.ones(5, 6, dtype=torch.bool))}), ValueError,
                    r"attn_mask must broadcast to the scores' shape \(\.\.\., L, S\) = \(2, 5, 7\), got attn_mask.shape=\(5, 6\)"),
     "mask enlarges": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": to(torch.ones(3, 2, 5, 7, dtype=torch.bool))}), ValueError,
@@ -411,16 +426,17 @@ ATTENTION_ERROR_CASES = {
     "mask and is_causal": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": to(causal_mask(5, 7)), "is_causal": True}), ValueError,
                            "attn_mask and is_causal=True are mutually exclusive"),
     "mask of the other backend": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": wrong}), TypeError,
-                                  "attn_mask must be None or a {array}, got {wrong}"),
-    "is_causal not bool": (lambda q, k, v, to, wrong: ((q, k, v), {"is_causal": 1}), TypeError, "is_causal must be a bool, got int"),
-    "scale zero": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": 0.0}), ValueError, "scale must be a positive finite number, got scale=0.0"),
-    "scale not number": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": "1"}), TypeError, "scale must be None or a number, got str"),
-    "E is zero": (lambda q, k, v, to, wrong: ((q[..., :0], k[..., :0], v), {}), ValueError, "q and k must have a last dimension E >= 1"),
+                                  "attn_mask must be a {array}, got {wrong}"),
+    "is_causal not bool": (lambda q, k, v, to, wrong: ((q, k, v), {"is_causal": 1}), TypeError, "is_causal must be a bool"),
+    "scale zero": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": 0.0}), ValueError, "scale .*scale=0.0"),
+    "scale infinite": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": float("inf")}), ValueError, "scale .*scale=inf"),
+    "scale not number": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": "1"}), TypeError, "scale must be a number"),
+    "E is zero": (lambda q, k, v, to, wrong: ((q[..., :0], k[..., :0], v), {}), ValueError, r"q and k .*\(E >= 1\)"),
 }
 
 BACKENDS = {
-    "torch": (scaled_dot_product_attention, lambda t: t, np.zeros((5, 7)), "torch.Tensor", "ndarray"),
-    "numpy": (scaled_dot_product_attention_np, lambda t: t.numpy(), torch.zeros(5, 7), "numpy.ndarray", "Tensor"),
+    "torch": (scaled_dot_product_attention, lambda t: t, np.zeros((5, 7)), "tensor", "ndarray"),
+    "numpy": (scaled_dot_product_attention_np, lambda t: t.numpy(), torch.zeros(5, 7), "NumPy array", "Tensor"),
 }
 
 
@@ -438,7 +454,7 @@ def test_attention_bad_input_messages(backend, case):
 
 def test_attention_weights_bad_input_names_its_function():
     q, k, _ = make_qkv(5, 7)
-    with pytest.raises(ValueError, match=r"attention_weights: q and k must have the same last dimension \(E\)"):
+    with pytest.raises(ValueError, match=r"attention_weights: q and k must have the same last dimension"):
         attention_weights(q, k[..., :3])
     with pytest.raises(ValueError, match="attention_weights: attn_mask and is_causal=True are mutually exclusive"):
         attention_weights(q, k, attn_mask=causal_mask(5, 7), is_causal=True)
@@ -446,7 +462,7 @@ def test_attention_weights_bad_input_names_its_function():
 
 @pytest.mark.parametrize(
     "dropout_p, error, match",
-    [(-0.1, ValueError, r"dropout_p must be in \[0, 1\], got dropout_p=-0.1"), (1.5, ValueError, r"dropout_p must be in \[0, 1\], got dropout_p=1.5"), ("0.1", TypeError, "dropout_p must be a number, got str")],
+    [(-0.1, ValueError, r"dropout_p .*\[0, 1\], got dropout_p=-0.1"), (1.5, ValueError, r"dropout_p .*\[0, 1\], got dropout_p=1.5"), ("0.1", TypeError, "dropout_p must be a number")],
 )
 def test_dropout_p_bad_input(dropout_p, error, match):
     q, k, v = make_qkv(5, 7)

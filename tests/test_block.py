@@ -1,5 +1,6 @@
 """Unit tests for transformer_lib.block (chapter 5), against PyTorch's modules and autograd."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -16,7 +17,6 @@ from transformer_lib.block import (
     layer_norm,
     rms_norm,
 )
-from test_multihead import ConcatCache  # the test cache of the multi-head tests
 
 # float32: eps 1.2e-7, outputs of order 1 computed in different orders; float64: a few ulp.
 ATOL = {torch.float32: 1e-6, torch.float64: 1e-12}
@@ -36,6 +36,18 @@ def random_affine(C, dtype, seed=1):
 
 def n_params(module):
     return sum(p.numel() for p in module.parameters())
+
+
+class ConcatCache:
+    """The simplest cache: update(k, v) appends along the positions and returns everything so far."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def update(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
 
 
 # ---------------------------------------------------------------- layer_norm
@@ -69,24 +81,32 @@ def test_layer_norm_gradients_match_autograd_through_f_layer_norm():
         torch.testing.assert_close(a, r, rtol=0, atol=1e-10)
 
 
-def test_layer_norm_errors():
-    x = randn(2, 8)
-    with pytest.raises(TypeError, match="layer_norm: x must be a torch.Tensor, got list"):
-        layer_norm([1.0, 2.0])
-    with pytest.raises(TypeError, match="layer_norm: x must have a floating dtype, got x.dtype=int64"):
-        layer_norm(torch.arange(4))
-    with pytest.raises(ValueError, match=r"layer_norm: x must have at least one dimension \(..., C\), got x.shape=\(\)"):
-        layer_norm(torch.tensor(1.0))
-    with pytest.raises(ValueError, match=r"layer_norm: weight must have shape \(C,\) = \(8,\).*got weight.shape=\(4,\)"):
-        layer_norm(x, torch.ones(4, dtype=torch.float64))
-    with pytest.raises(TypeError, match="layer_norm: bias must have the dtype of x, got bias.dtype=float32 and x.dtype=float64"):
-        layer_norm(x, None, torch.zeros(8))
-    with pytest.raises(TypeError, match="layer_norm: weight must be None or a torch.Tensor, got list"):
-        layer_norm(x, [1.0] * 8)
-    with pytest.raises(ValueError, match="layer_norm: eps must be a positive finite number, got eps=0"):
-        layer_norm(x, eps=0)
-    with pytest.raises(TypeError, match="layer_norm: eps must be a number, got str"):
-        layer_norm(x, eps="1e-5")
+_X8 = randn(2, 8)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, name",
+    [
+        (([1.0, 2.0],), {}, TypeError, "x"),
+        ((torch.arange(4),), {}, TypeError, "x"),  # not floating
+        ((torch.tensor(1.0),), {}, ValueError, "x"),  # 0-d: no channel dimension
+        ((_X8, torch.ones(4, dtype=torch.float64)), {}, ValueError, "weight"),
+        ((_X8, None, torch.zeros(8)), {}, TypeError, "bias"),  # float32 bias, float64 x
+        ((_X8, [1.0] * 8), {}, TypeError, "weight"),
+        ((_X8,), {"eps": 0}, ValueError, "eps"),
+        ((_X8,), {"eps": "1e-5"}, TypeError, "eps"),
+    ],
+)
+def test_layer_norm_errors(args, kwargs, error, name):
+    with pytest.raises(error, match=f"layer_norm: {name} "):
+        layer_norm(*args, **kwargs)
+
+
+def test_layer_norm_error_says_what_came():
+    with pytest.raises(ValueError, match=r"weight.shape=\(4,\)"):
+        layer_norm(_X8, torch.ones(4, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"bias.dtype=torch.float32"):
+        layer_norm(_X8, None, torch.zeros(8))
 
 
 # ---------------------------------------------------------------- rms_norm
@@ -108,7 +128,15 @@ def test_rms_norm_of_centred_input_is_layer_norm():
     torch.testing.assert_close(rms_norm(centred, eps=1e-5), layer_norm(x, eps=1e-5), rtol=0, atol=1e-12)
 
 
-@pytest.mark.skipif(not hasattr(nn, "RMSNorm"), reason="torch.nn.RMSNorm needs PyTorch >= 2.4")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rmsnorm_module_matches_rms_norm(dtype):
+    ours = RMSNorm(32).to(dtype)
+    with torch.no_grad():
+        ours.weight.copy_(random_affine(32, dtype)[0])
+    x = randn(3, 5, 32, dtype=dtype) * 3 + 2
+    torch.testing.assert_close(ours(x), rms_norm(x, ours.weight, eps=ours.eps), rtol=0, atol=ATOL[dtype])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rmsnorm_module_matches_torch_rmsnorm(dtype):
     ours = RMSNorm(32).to(dtype)
@@ -121,11 +149,11 @@ def test_rmsnorm_module_matches_torch_rmsnorm(dtype):
 
 
 def test_rms_norm_errors():
-    with pytest.raises(ValueError, match=r"rms_norm: weight must have shape \(C,\) = \(8,\)"):
+    with pytest.raises(ValueError, match=r"rms_norm: weight .*weight.shape=\(3,\)"):
         rms_norm(randn(2, 8), torch.ones(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="rms_norm: eps must be a positive finite number, got eps=-1"):
+    with pytest.raises(ValueError, match="rms_norm: eps .*eps=-1"):
         rms_norm(randn(2, 8), eps=-1)
-    with pytest.raises(TypeError, match="rms_norm: x must have a floating dtype"):
+    with pytest.raises(TypeError, match="rms_norm: x .*int32"):
         rms_norm(torch.ones(2, 8, dtype=torch.int32))
 
 
@@ -149,13 +177,13 @@ def test_gelu_exact_and_tanh_differ_measurably():
 
 
 def test_gelu_errors():
-    with pytest.raises(ValueError, match="gelu: approximate must be 'none' or 'tanh', got approximate='exact'"):
+    with pytest.raises(ValueError, match="gelu: approximate .*'none', 'tanh', got approximate='exact'"):
         gelu(randn(3), "exact")
-    with pytest.raises(TypeError, match="gelu: approximate must be a str, got NoneType"):
+    with pytest.raises(ValueError, match="gelu: approximate "):
         gelu(randn(3), None)
-    with pytest.raises(TypeError, match="gelu: x must have a floating dtype, got x.dtype=int64"):
+    with pytest.raises(TypeError, match="gelu: x .*int64"):
         gelu(torch.arange(3))
-    with pytest.raises(TypeError, match="gelu: x must be a torch.Tensor, got float"):
+    with pytest.raises(TypeError, match="gelu: x .*float"):
         gelu(1.0)
 
 
@@ -184,25 +212,29 @@ def test_layernorm_parameters_and_init():
     assert torch.equal(RMSNorm(8).weight, torch.ones(8)) and n_params(RMSNorm(8)) == 8
 
 
-def test_norm_module_errors():
-    with pytest.raises(ValueError, match=r"LayerNorm: x must have shape \(..., 8\), got x.shape=\(2, 3, 4\)"):
-        LayerNorm(8)(torch.randn(2, 3, 4))
-    with pytest.raises(TypeError, match="LayerNorm: x must be a torch.Tensor, got ndarray"):
-        import numpy as np
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: LayerNorm(0), ValueError, "LayerNorm: d_model .*d_model=0"),
+        (lambda: LayerNorm(8.0), TypeError, "LayerNorm: d_model "),
+        (lambda: LayerNorm(8, eps=0.0), ValueError, "LayerNorm: eps .*eps=0.0"),
+        (lambda: LayerNorm(8, bias=1), TypeError, "LayerNorm: bias "),
+        (lambda: RMSNorm(8, eps=float("nan")), ValueError, "RMSNorm: eps "),
+        (lambda: RMSNorm(-1), ValueError, "RMSNorm: d_model "),
+    ],
+)
+def test_norm_constructor_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
 
-        LayerNorm(8)(np.zeros((2, 8)))
-    with pytest.raises(ValueError, match="LayerNorm: d_model must be >= 1, got d_model=0"):
-        LayerNorm(0)
-    with pytest.raises(TypeError, match="LayerNorm: d_model must be an int, got float"):
-        LayerNorm(8.0)
-    with pytest.raises(ValueError, match="LayerNorm: eps must be a positive finite number, got eps=0.0"):
-        LayerNorm(8, eps=0.0)
-    with pytest.raises(TypeError, match="LayerNorm: bias must be a bool, got int"):
-        LayerNorm(8, bias=1)
-    with pytest.raises(ValueError, match=r"RMSNorm: x must have shape \(..., 8\), got x.shape=\(2, 4\)"):
+
+def test_norm_forward_checks_nothing_and_pytorch_refuses_a_wrong_width():
+    with pytest.raises(RuntimeError):
+        LayerNorm(8)(torch.randn(2, 3, 4))
+    with pytest.raises(RuntimeError):
         RMSNorm(8)(torch.randn(2, 4))
-    with pytest.raises(ValueError, match="RMSNorm: eps must be a positive finite number"):
-        RMSNorm(8, eps=float("nan"))
+    with pytest.raises(TypeError):
+        LayerNorm(8)(np.zeros((2, 8)))
 
 
 # ---------------------------------------------------------------- FeedForward, SwiGLU
@@ -252,16 +284,18 @@ def test_feedforward_dropout_train_and_eval():
 
 
 def test_feedforward_errors():
-    with pytest.raises(ValueError, match="FeedForward: activation must be one of 'relu', 'gelu', 'gelu_tanh', got activation='gelu_new'"):
+    with pytest.raises(ValueError, match="FeedForward: activation .*'relu', 'gelu', 'gelu_tanh', got activation='gelu_new'"):
         FeedForward(8, activation="gelu_new")
-    with pytest.raises(TypeError, match="FeedForward: activation must be a str, got function"):
+    with pytest.raises(ValueError, match="FeedForward: activation "):
         FeedForward(8, activation=F.relu)
-    with pytest.raises(ValueError, match=r"FeedForward: dropout must be in \[0, 1\), got dropout=1.0"):
+    with pytest.raises(ValueError, match="FeedForward: dropout .*dropout=1.0"):
         FeedForward(8, dropout=1.0)
-    with pytest.raises(ValueError, match="FeedForward: d_ff must be >= 1, got d_ff=0"):
+    with pytest.raises(TypeError, match="FeedForward: dropout "):
+        FeedForward(8, dropout="0.1")
+    with pytest.raises(ValueError, match="FeedForward: d_ff .*d_ff=0"):
         FeedForward(8, 0)
-    with pytest.raises(ValueError, match=r"FeedForward: x must have shape \(..., 8\), got x.shape=\(2, 3, 5\)"):
-        FeedForward(8)(torch.randn(2, 3, 5))
+    with pytest.raises(TypeError, match="FeedForward: bias "):
+        FeedForward(8, bias=None)
 
 
 @pytest.mark.parametrize("d_model, d_ff", [(128, 344), (768, 2048), (100, 272), (3, 8)])
@@ -288,10 +322,12 @@ def test_swiglu_matches_the_formula(dtype, bias):
 
 
 def test_swiglu_errors():
-    with pytest.raises(ValueError, match="SwiGLU: d_model must be >= 1, got d_model=-2"):
+    with pytest.raises(ValueError, match="SwiGLU: d_model .*d_model=-2"):
         SwiGLU(-2)
-    with pytest.raises(ValueError, match=r"SwiGLU: x must have shape \(..., 8\)"):
-        SwiGLU(8)(torch.randn(3, 4))
+    with pytest.raises(ValueError, match="SwiGLU: d_ff .*d_ff=0"):
+        SwiGLU(8, 0)
+    with pytest.raises(TypeError, match="SwiGLU: bias "):
+        SwiGLU(8, bias="no")
 
 
 # ---------------------------------------------------------------- TransformerBlock vs nn.TransformerEncoderLayer
@@ -476,29 +512,47 @@ def test_from_torch_errors():
         TransformerBlock.from_torch(odd)
 
 
-def test_block_errors():
-    block = TransformerBlock(D, H)
-    with pytest.raises(ValueError, match=r"TransformerBlock: x must have shape \(B, T, d_model=16\), got x.shape=\(2, 7, 8\)"):
-        block(torch.randn(2, 7, 8))
-    with pytest.raises(ValueError, match=r"TransformerBlock: x must have shape \(B, T, d_model=16\), got x.shape=\(7, 16\)"):
-        block(torch.randn(7, 16))
-    with pytest.raises(TypeError, match="TransformerBlock: x must be a torch.Tensor, got list"):
-        block([[0.0] * D])
-    with pytest.raises(ValueError, match="TransformerBlock: d_model must be divisible by n_head, got d_model=10 and n_head=3"):
+@pytest.mark.parametrize(
+    "args, kwargs, error, name",
+    [
+        ((0, H), {}, ValueError, "d_model"),
+        ((D, 0), {}, ValueError, "n_head"),
+        ((D, H, 0), {}, ValueError, "d_ff"),
+        ((D, H), {"activation": "swish"}, ValueError, "activation"),
+        ((D, H), {"norm_first": "pre"}, TypeError, "norm_first"),
+        ((D, H), {"dropout": -0.1}, ValueError, "dropout"),
+        ((D, H), {"bias": 0}, TypeError, "bias"),
+        ((D, H), {"eps": 0}, ValueError, "eps"),
+    ],
+)
+def test_block_constructor_errors_name_the_block_and_the_argument(args, kwargs, error, name):
+    with pytest.raises(error, match=f"TransformerBlock: {name} "):
+        TransformerBlock(*args, **kwargs)
+
+
+def test_block_constructor_error_names_d_model_and_n_head_when_they_do_not_divide():
+    with pytest.raises(ValueError, match="TransformerBlock: d_model .*n_head.*d_model=10 and n_head=3"):
         TransformerBlock(10, 3)
-    with pytest.raises(ValueError, match="TransformerBlock: activation must be one of 'relu', 'gelu', 'gelu_tanh', got activation='swish'"):
-        TransformerBlock(D, H, activation="swish")
-    with pytest.raises(TypeError, match="TransformerBlock: norm_first must be a bool, got str"):
-        TransformerBlock(D, H, norm_first="pre")
-    with pytest.raises(ValueError, match=r"TransformerBlock: dropout must be in \[0, 1\), got dropout=-0.1"):
-        TransformerBlock(D, H, dropout=-0.1)
-    with pytest.raises(ValueError, match="TransformerBlock: eps must be a positive finite number, got eps=0"):
-        TransformerBlock(D, H, eps=0)
-    with pytest.raises(ValueError, match="TransformerBlock: d_ff must be >= 1, got d_ff=0"):
-        TransformerBlock(D, H, 0)
-    # masks are validated by MultiHeadAttention, and the message names the argument
-    with pytest.raises(ValueError, match="key_padding_mask must have shape"):
+
+
+def test_block_forward_checks_nothing_and_pytorch_refuses_a_wrong_width():
+    block = TransformerBlock(D, H)
+    with pytest.raises(RuntimeError):
+        block(torch.randn(B, T, 8))
+    with pytest.raises(RuntimeError):
         block(torch.randn(B, T, D), key_padding_mask=torch.zeros(B, T + 1, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_block_is_traceable_by_torch_export(norm_first):
+    layer = torch_layer(norm_first, "gelu", True, torch.float32)
+    block = TransformerBlock.from_torch(layer)
+    x = randn(B, T, D, dtype=torch.float32, seed=1)
+    exported = torch.export.export(block, (x,), {"key_padding_mask": KEY_PADDING, "is_causal": True})
+    out = exported.module()(x, key_padding_mask=KEY_PADDING, is_causal=True)
+    torch.testing.assert_close(out, block(x, key_padding_mask=KEY_PADDING, is_causal=True), rtol=0, atol=0)
+    torch.testing.assert_close(out, layer(x, src_mask=~CAUSAL, src_key_padding_mask=KEY_PADDING, is_causal=True),
+                               rtol=0, atol=ATOL[torch.float32])
 
 
 @pytest.mark.parametrize("norm_first", [True, False])

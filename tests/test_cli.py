@@ -12,18 +12,21 @@ import pytest
 import torch
 
 import transformer_lib
+import transformer_lib.cli
 import transformer_lib.training
-from transformer_lib.cli import (
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    TRAIN_DEFAULTS,
-    build_parser,
-    load_tokenizer,
-    main,
-    save_tokenizer,
-)
+from transformer_lib.cli import EXIT_INTERRUPTED, EXIT_USAGE, TRAIN_FLAGS, TRAIN_PRESET, build_parser, main
+from transformer_lib.config import GPTConfig
 from transformer_lib.data import CharTokenizer
-from transformer_lib.training import load_checkpoint
+from transformer_lib.gpt import GPT
+from transformer_lib.training import (
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    RUN_FILE,
+    RUN_FORMAT,
+    TOKENIZER_FILE,
+    TrainConfig,
+    load_checkpoint,
+)
 
 # A small text with a fixed vocabulary: 4000 characters, so the tiny preset's block of 16 fits easily.
 TEXT = "".join(f"To be, or not to be ({i % 17}): that is the question!\n" for i in range(80))[:4000]
@@ -68,6 +71,7 @@ def finished_run(_finished_run_template, tmp_path, data_file, capsys) -> Path:
 
 
 # ---------------------------------------------------------------- help and entry point
+@pytest.mark.subprocess
 def test_help_through_python_dash_m():
     result = cli("--help")
     assert result.returncode == 0 and result.stdout.startswith("usage: transformer_lib")
@@ -86,30 +90,46 @@ def test_cli_names_are_not_reexported_from_the_package():
     assert "main" not in transformer_lib.__all__
 
 
-def test_parser_defaults_are_chapter_10s_recipe():
+def test_parser_defaults_are_chapter_10s_recipe(capsys):
     args = build_parser().parse_args(["train", "--data", "x", "--out", "y"])
     assert args.max_steps is None and args.lr is None and args.preset is None  # None: "not given"
-    assert TRAIN_DEFAULTS["lr"] == 4e-3 and TRAIN_DEFAULTS["min_lr"] == 4e-5 and TRAIN_DEFAULTS["batch_size"] == 12
-    assert TRAIN_DEFAULTS["warmup_steps"] == 50 and TRAIN_DEFAULTS["betas"] == (0.9, 0.99)
+    assert TRAIN_PRESET == "shakespeare-baby"  # one source of the numbers: TrainConfig's preset
+    defaults = TrainConfig.from_preset(TRAIN_PRESET)
+    assert (defaults.lr, defaults.min_lr, defaults.batch_size, defaults.warmup_steps) == (4e-3, 4e-5, 12, 50)
+    assert set(TRAIN_FLAGS) <= set(defaults.to_dict())
+    assert main(["train", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"peak learning rate (default: {defaults.lr:g})" in help_text
+    assert f"optimizer steps (default: {defaults.max_steps})" in help_text
+
+
+def test_run_directory_names_come_from_training():
+    for name in ("CHECKPOINT_FILE", "METRICS_FILE", "TOKENIZER_FILE", "RUN_FILE", "RUN_FORMAT"):
+        assert getattr(transformer_lib.cli, name) is getattr(transformer_lib.training, name)
+        assert name not in transformer_lib.cli.__all__  # defined once, in transformer_lib.training
 
 
 # ---------------------------------------------------------------- a successful run
+@pytest.mark.subprocess
 def test_train_writes_a_self_contained_run_directory(tmp_path, data_file):
     out = tmp_path / "run"
     result = cli("train", "--data", data_file, "--out", out, "--max-steps", 8, *FAST)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "metrics.jsonl", "run.json", "tokenizer.json"]
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(p.name for p in out.iterdir()) == sorted([CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, TOKENIZER_FILE])
+    records = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 4, 8]
     last = records[-1]
     assert f"train loss {last['train_loss']:.4f}" in result.stdout and f"val loss {last['val_loss']:.4f}" in result.stdout
     assert str(out) in result.stdout and "Traceback" not in result.stderr
-    ckpt = load_checkpoint(out / "ckpt.pt")
-    tok = load_tokenizer(out / "tokenizer.json")
+    ckpt = load_checkpoint(out / CHECKPOINT_FILE)
+    tok = CharTokenizer.load(out / TOKENIZER_FILE)
     assert tok.chars == CharTokenizer.from_text(TEXT).chars
     assert ckpt["step"] == 8 and ckpt["model_config"]["vocab_size"] == tok.vocab_size
-    assert ckpt["train_config"]["lr"] == TRAIN_DEFAULTS["lr"] and ckpt["train_config"]["batch_size"] == 4
-    run = json.loads((out / "run.json").read_text())
+    stored = TrainConfig.from_dict(ckpt["train_config"])
+    flags = dict(batch_size=4, warmup_steps=2, eval_interval=4, checkpoint_interval=4, max_steps=8)
+    assert stored == TrainConfig.from_preset(TRAIN_PRESET, **flags)  # the preset with the flags given
+    run = json.loads((out / RUN_FILE).read_text())
+    assert run["format"] == RUN_FORMAT
     assert run["data"] == str(data_file.resolve()) and len(run["data_sha256"]) == 64
 
 
@@ -121,6 +141,19 @@ def test_precision_flag_reaches_the_train_config(tmp_path, data_file, capsys):
     assert load_checkpoint(out / "ckpt.pt")["train_config"]["precision"] == "bfloat16"
     status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "b", "--precision", "half")
     assert status == 2 and "--precision" in err and "invalid choice" in err
+
+
+def test_defaults_are_the_preset(tmp_path, data_file, monkeypatch):
+    class Captured(Exception):
+        pass
+
+    def train(model, train_data, val_data, config, **kwargs):  # record the configuration, train nothing
+        raise Captured(config)
+
+    monkeypatch.setattr(transformer_lib.cli, "train", train)
+    with pytest.raises(Captured) as caught:
+        main(["train", "--data", str(data_file), "--out", str(tmp_path / "run"), "--device", "cpu"])
+    assert caught.value.args[0] == TrainConfig.from_preset(TRAIN_PRESET)
 
 
 def test_config_file_sets_the_model(tmp_path, data_file, capsys):
@@ -135,43 +168,27 @@ def test_config_file_sets_the_model(tmp_path, data_file, capsys):
     assert stored["vocab_size"] == len(set(TEXT))
 
 
-def test_tokenizer_round_trip_and_errors(tmp_path):
-    tok = CharTokenizer.from_text("hello, world\n\u00e9")
-    save_tokenizer(tok, tmp_path / "t.json")
-    back = load_tokenizer(tmp_path / "t.json")
-    assert back.chars == tok.chars and back.encode("hello") == tok.encode("hello")
-    with pytest.raises(FileNotFoundError, match="no tokenizer file"):
-        load_tokenizer(tmp_path / "missing.json")
-    (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        load_tokenizer(tmp_path / "bad.json")
-    (tmp_path / "other.json").write_text(json.dumps({"format": "x", "chars": ["a"]}))
-    with pytest.raises(ValueError, match="not a tokenizer file"):
-        load_tokenizer(tmp_path / "other.json")
-    with pytest.raises(TypeError, match="tokenizer must be a CharTokenizer"):
-        save_tokenizer("abc", tmp_path / "t.json")
-
-
 # ---------------------------------------------------------------- interruption and resume
 def _interrupt_at(monkeypatch, step: int, signals: int = 1):
     """Send SIGINT to this process `signals` times during training step `step` (counted from 1).
 
-    The signal is raised from inside ``clip_grad_norm``, which the loop calls once per step, between
+    The signal is raised from inside ``clip_grad_norm_``, which the loop calls once per step, between
     the backward pass and the optimizer update: the worst moment for an abrupt stop.
     """
-    real = transformer_lib.training.clip_grad_norm
+    real = transformer_lib.training.clip_grad_norm_
     calls = []
 
-    def clip_grad_norm(*args, **kwargs):
+    def clip_grad_norm_(*args, **kwargs):
         calls.append(1)
         if len(calls) == step:
             for _ in range(signals):
                 signal.raise_signal(signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(transformer_lib.training, "clip_grad_norm", clip_grad_norm)
+    monkeypatch.setattr(transformer_lib.training, "clip_grad_norm_", clip_grad_norm_)
 
 
+@pytest.mark.slow
 def test_sigint_then_resume_equals_uninterrupted(tmp_path, data_file, capsys, monkeypatch):
     common = ["--data", data_file, "--max-steps", 12, *FAST]
     status, _, err = run_main(capsys, "train", *common, "--out", tmp_path / "straight")
@@ -203,6 +220,8 @@ def test_second_sigint_aborts_and_keeps_the_last_checkpoint(tmp_path, data_file,
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigint_to_a_running_process(tmp_path, data_file):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "transformer_lib", "train", "--data", str(data_file),
@@ -255,9 +274,10 @@ def test_bad_data_file(tmp_path, capsys, make, needles):
 @pytest.mark.parametrize("args,needles", [
     (["--preset", "huge"], ["--preset", "invalid choice", "huge"]),
     (["--preset", "tiny", "--max-steps", "abc"], ["--max-steps", "invalid int value"]),
-    (["--preset", "tiny", "--max-steps", "0"], ["max_steps must be >= 1"]),
+    (["--preset", "tiny", "--max-steps", "0"], ["max_steps", "max_steps=0"]),
     (["--preset", "tiny", "--max-steps", "30"], ["warmup_steps must be < max_steps"]),
-    (["--preset", "tiny", "--lr", "-1"], ["lr"]),
+    (["--preset", "tiny", "--lr", "-1"], ["lr", "lr=-1"]),
+    (["--preset", "tiny", "--seed", "-5"], ["seed", "seed=-5"]),
     (["--preset", "tiny", "--device", "gpu7"], ["--device", "gpu7"]),
     (["--preset", "tiny", "--config", "x.json"], ["not allowed with argument"]),
 ])
@@ -303,6 +323,7 @@ def test_resume_without_checkpoint(tmp_path, data_file, capsys):
     _assert_one_line_error(status, err, "--resume", "holds no checkpoint")
 
 
+@pytest.mark.subprocess
 def test_resume_from_corrupt_checkpoint_in_a_process(tmp_path, data_file):
     (tmp_path / "ckpt.pt").write_bytes(b"\x00garbage" * 50)
     result = cli("train", "--data", data_file, "--out", tmp_path, "--resume")
@@ -323,7 +344,7 @@ def test_resume_with_other_data(finished_run, tmp_path, capsys):
 
 
 def test_resume_with_a_tampered_tokenizer(finished_run, data_file, capsys):
-    save_tokenizer(CharTokenizer("ab"), finished_run / "tokenizer.json")
+    CharTokenizer("ab").save(finished_run / TOKENIZER_FILE)
     status, _, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--resume")
     _assert_one_line_error(status, err, "--resume", "tokenizer.json", "do not match")
 
@@ -360,6 +381,8 @@ def test_generate_prints_prompt_and_continuation(finished_run, capsys):
     assert len(completion) == 40 and set(completion) <= set(TEXT)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_generate_same_seed_same_text_in_processes(finished_run):
     runs = [cli("generate", "--checkpoint", finished_run, "--prompt", "To", *GEN, "--seed", seed)
             for seed in (3, 3, 4)]
@@ -370,12 +393,10 @@ def test_generate_same_seed_same_text_in_processes(finished_run):
 
 def test_generate_streams_the_tokens_of_generate(finished_run, capsys):
     """The streamed text is the text GPT.generate returns for the same seed."""
-    checkpoint = load_checkpoint(finished_run / "ckpt.pt")
-    from transformer_lib.model import GPT, GPTConfig
-
+    checkpoint = load_checkpoint(finished_run / CHECKPOINT_FILE)
     model = GPT(GPTConfig.from_dict(checkpoint["model_config"]))
     model.load_state_dict(checkpoint["model"])
-    tok = CharTokenizer(json.loads((finished_run / "tokenizer.json").read_text())["chars"])
+    tok = CharTokenizer(json.loads((finished_run / TOKENIZER_FILE).read_text())["chars"])
     idx = torch.tensor([tok.encode("To be")])
     expected = tok.decode(model.generate(idx, 40, temperature=0.7, top_k=5,
                                          generator=torch.Generator().manual_seed(11))[0].tolist())
@@ -392,11 +413,13 @@ def test_generate_greedy_is_deterministic_across_seeds(finished_run, capsys):
 
 
 @pytest.mark.parametrize("args,needles", [
-    (["--prompt", "To be", "--temperature", "-1"], ["--temperature", "-1"]),
-    (["--prompt", "To be", "--top-k", "0"], ["--top-k", "0"]),
-    (["--prompt", "To be", "--top-p", "1.5"], ["--top-p", "1.5"]),
-    (["--prompt", "To be", "--top-p", "0"], ["--top-p"]),
-    (["--prompt", "To be", "--max-new-tokens", "-3"], ["--max-new-tokens", "-3"]),
+    (["--prompt", "To be", "--temperature", "-1"], ["--temperature", "--temperature=-1"]),
+    (["--prompt", "To be", "--temperature", "nan"], ["--temperature", "--temperature=nan"]),
+    (["--prompt", "To be", "--top-k", "0"], ["--top-k", "--top-k=0"]),
+    (["--prompt", "To be", "--top-p", "1.5"], ["--top-p", "--top-p=1.5"]),
+    (["--prompt", "To be", "--top-p", "0"], ["--top-p", "(0, 1]"]),
+    (["--prompt", "To be", "--max-new-tokens", "-3"], ["--max-new-tokens", "--max-new-tokens=-3"]),
+    (["--prompt", "To be", "--device", "gpu7"], ["--device", "gpu7"]),
     (["--prompt", ""], ["--prompt"]),
     (["--prompt", "Zebra \u00e9"], ["--prompt", "Z"]),
 ])
@@ -423,6 +446,7 @@ def test_generate_corrupt_checkpoint_or_tokenizer(finished_run, capsys):
     _assert_one_line_error(status, err, "--checkpoint")
 
 
+@pytest.mark.subprocess
 def test_generate_bad_input_in_a_process(finished_run):
     result = cli("generate", "--checkpoint", finished_run, "--prompt", "To be", "--top-p", "2")
     assert result.returncode == EXIT_USAGE and result.stdout == ""

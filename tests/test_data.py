@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import json
 import os
 import pathlib
 import re
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import transformer_lib
 from transformer_lib.data import (
     CACHE_ENV,
     DATA_ENV,
@@ -359,6 +361,111 @@ def test_from_text_rejects_empty_and_non_string():
         CharTokenizer.from_text(b"abc")
 
 
+# ---------------------------------------------------------------- CharTokenizer.save and load
+
+
+def test_save_load_round_trip_keeps_ids(tmp_path):
+    text = "First Citizen:\nCafé ☕, naïve \"quotes\" and \\ backslash\ttab\r\n"
+    tok = CharTokenizer.from_text(text)
+    path = tmp_path / "tokenizer.json"
+    assert tok.save(path) is None
+    loaded = CharTokenizer.load(path)
+    assert isinstance(loaded, CharTokenizer)
+    assert loaded.chars == tok.chars and loaded.vocab_size == tok.vocab_size
+    assert loaded.encode(text) == tok.encode(text) and loaded.decode(tok.encode(text)) == text
+    assert CharTokenizer.load(str(path)).chars == tok.chars  # a str path works too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]  # no temporary file left
+
+
+def test_save_keeps_an_explicit_vocabulary_order(tmp_path):
+    tok = CharTokenizer(["z", "a", "\n"])
+    tok.save(tmp_path / "t.json")
+    assert CharTokenizer.load(tmp_path / "t.json").encode("a\nz") == [1, 2, 0]
+
+
+def test_save_writes_the_documented_json_format(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    CharTokenizer.from_text("ba\n").save(path)
+    assert CharTokenizer.FORMAT == "transformer_lib.char_tokenizer/1"
+    assert json.loads(path.read_text(encoding="utf-8")) == {
+        "format": "transformer_lib.char_tokenizer/1",
+        "chars": ["\n", "a", "b"],
+    }
+
+
+def test_load_reads_a_file_written_by_hand_in_the_format(tmp_path):
+    # The format of transformer_lib.char_tokenizer/1 files written by earlier versions of the CLI.
+    path = tmp_path / "tokenizer.json"
+    path.write_text('{\n "format": "transformer_lib.char_tokenizer/1",\n "chars": [\n  "b",\n  "a"\n ]\n}\n')
+    assert CharTokenizer.load(path).chars == ("b", "a")
+
+
+def test_save_replaces_an_existing_file_atomically(tmp_path, monkeypatch):
+    path = tmp_path / "tokenizer.json"
+    CharTokenizer("ab").save(path)
+    CharTokenizer("xyz").save(path)
+    assert CharTokenizer.load(path).chars == ("x", "y", "z")
+
+    # A failure before the rename leaves the old file whole and no temporary file behind.
+    def failing_replace(src, dst):
+        raise OSError("no rename")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", failing_replace)
+        with pytest.raises(OSError, match="no rename"):
+            CharTokenizer("pq").save(path)
+    assert CharTokenizer.load(path).chars == ("x", "y", "z")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]
+
+
+def test_save_errors(tmp_path):
+    tok = CharTokenizer("ab")
+    with pytest.raises(IsADirectoryError, match="CharTokenizer.save: path"):
+        tok.save(tmp_path)
+    with pytest.raises(FileNotFoundError, match="CharTokenizer.save: .*path.*no such directory"):
+        tok.save(tmp_path / "missing" / "tokenizer.json")
+    with pytest.raises(TypeError, match="CharTokenizer.save: path"):
+        tok.save(3)
+
+
+def test_load_missing_file_and_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="CharTokenizer.load: path.*nowhere.json"):
+        CharTokenizer.load(tmp_path / "nowhere.json")
+    with pytest.raises(IsADirectoryError, match="CharTokenizer.load: path"):
+        CharTokenizer.load(tmp_path)
+    with pytest.raises(TypeError, match="CharTokenizer.load: path"):
+        CharTokenizer.load(None)
+
+
+@pytest.mark.parametrize(
+    "content, pattern",
+    [
+        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b'{"format": "transformer_lib.char_tokenizer/1", "chars": ["a"', "not valid JSON"),
+        (b"", "not valid JSON"),
+        (b'["a", "b"]', r"must hold a JSON object .* got a JSON list"),
+        (b'{"format": "transformer_lib.bpe/1", "chars": ["a"]}', r"format='transformer_lib.bpe/1'"),
+        (b'{"chars": ["a", "b"]}', "format=None"),
+        (b'{"format": "transformer_lib.char_tokenizer/1", "chars": "ab"}', "chars of type str"),
+        (b'{"format": "transformer_lib.char_tokenizer/1", "chars": ["a", "a"]}', "invalid vocabulary.*duplicates"),
+        (b'{"format": "transformer_lib.char_tokenizer/1", "chars": ["a", 1]}', "invalid vocabulary.*strings"),
+        (b'{"format": "transformer_lib.char_tokenizer/1", "chars": []}', "invalid vocabulary.*at least one"),
+    ],
+)
+def test_load_rejects_bad_files_naming_the_file(tmp_path, content, pattern):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=pattern) as info:
+        CharTokenizer.load(path)
+    assert str(info.value).startswith("CharTokenizer.load: ") and str(path) in str(info.value)
+
+
+def test_top_level_exports_the_data_pipeline():
+    for name in ("fetch", "load_tiny_shakespeare", "CharTokenizer", "train_val_split", "get_batch"):
+        assert getattr(transformer_lib, name) is getattr(transformer_lib.data, name)
+        assert name in transformer_lib.__all__
+
+
 # ---------------------------------------------------------------- train_val_split
 
 
@@ -378,9 +485,9 @@ def test_train_val_split_floor_and_float_error():
     assert (len(train), len(val)) == (1, 9)
 
 
-@pytest.mark.parametrize("fraction", [0, 1, -0.1, 1.5])
+@pytest.mark.parametrize("fraction", [0, 1, -0.1, 1.5, float("nan")])
 def test_train_val_split_rejects_fraction_out_of_range(fraction):
-    with pytest.raises(ValueError, match="val_fraction must be in"):
+    with pytest.raises(ValueError, match="train_val_split: val_fraction"):
         train_val_split(torch.arange(10), fraction)
 
 
@@ -389,9 +496,9 @@ def test_train_val_split_other_errors():
         train_val_split(torch.arange(5), 1e-9)
     with pytest.raises(ValueError, match="leaves the training part empty"):
         train_val_split(torch.arange(5), 0.9)
-    with pytest.raises(ValueError, match=r"data must be 1-D, got shape \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"data.*\(2, 5\)"):
         train_val_split(torch.zeros(2, 5))
-    with pytest.raises(TypeError, match="data must be a torch.Tensor"):
+    with pytest.raises(TypeError, match="train_val_split: data"):
         train_val_split([1, 2, 3])
     with pytest.raises(TypeError, match="val_fraction"):
         train_val_split(torch.arange(10), "0.1")
@@ -461,21 +568,30 @@ def test_get_batch_to_cuda():
     "data, block_size, batch_size, exc, pattern",
     [
         (torch.arange(10), 10, 2, ValueError, r"block_size must be smaller than len\(data\).*block_size=10.*len\(data\)=10"),
-        (torch.arange(10), 0, 2, ValueError, r"block_size must be >= 1, got block_size=0"),
-        (torch.arange(10), 4, 0, ValueError, r"batch_size must be >= 1, got batch_size=0"),
-        (torch.arange(10), 4.0, 2, TypeError, "block_size must be an int"),
-        (torch.arange(10), 4, True, TypeError, "batch_size must be an int"),
-        (torch.arange(10.0), 4, 2, TypeError, r"data must hold integer token ids.*float32"),
-        (torch.zeros(10, dtype=torch.bool), 4, 2, TypeError, "data must hold integer"),
-        (torch.zeros(2, 10, dtype=torch.long), 4, 2, ValueError, r"data must be 1-D, got shape \(2, 10\)"),
-        (list(range(10)), 4, 2, TypeError, "data must be a torch.Tensor"),
+        (torch.arange(10), 0, 2, ValueError, "block_size=0"),
+        (torch.arange(10), 4, 0, ValueError, "batch_size=0"),
+        (torch.arange(10), 4.0, 2, TypeError, "block_size"),
+        (torch.arange(10), 4, True, TypeError, "batch_size"),
+        (torch.arange(10.0), 4, 2, TypeError, r"data.*float32"),
+        (torch.zeros(10, dtype=torch.bool), 4, 2, TypeError, r"data.*bool"),
+        (torch.zeros(2, 10, dtype=torch.long), 4, 2, ValueError, r"data.*\(2, 10\)"),
+        (list(range(10)), 4, 2, TypeError, "data"),
     ],
 )
 def test_get_batch_errors(data, block_size, batch_size, exc, pattern):
-    with pytest.raises(exc, match=pattern):
+    with pytest.raises(exc, match="get_batch: .*" + pattern):
         get_batch(data, block_size, batch_size)
 
 
-def test_get_batch_rejects_bad_generator():
-    with pytest.raises(TypeError, match="generator"):
+def test_get_batch_rejects_bad_generator_and_device():
+    with pytest.raises(TypeError, match="get_batch: generator"):
         get_batch(torch.arange(10), 4, 2, generator=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="get_batch: device"):
+        get_batch(torch.arange(10), 4, 2, device="gpu0")
+    with pytest.raises(TypeError, match="get_batch: device"):
+        get_batch(torch.arange(10), 4, 2, device=0.5)
+
+
+def test_get_batch_accepts_numpy_ints():
+    x, y = get_batch(torch.arange(20), np.int64(4), np.int32(3))
+    assert x.shape == y.shape == (3, 4)

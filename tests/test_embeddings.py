@@ -96,20 +96,20 @@ def test_sinusoidal_positions_device_and_precision_of_late_positions():
 @pytest.mark.parametrize(
     "args, kwargs, error, match",
     [
-        ((10, 7), {}, ValueError, r"sinusoidal_positions: d_model must be even \(the dimensions come in \(sin, cos\) pairs\), got d_model=7"),
-        ((10, 0), {}, ValueError, "sinusoidal_positions: d_model must be >= 2, got d_model=0"),
-        ((0, 8), {}, ValueError, "sinusoidal_positions: num_positions must be >= 1, got num_positions=0"),
-        ((10.0, 8), {}, TypeError, "sinusoidal_positions: num_positions must be an int, got float"),
-        ((True, 8), {}, TypeError, "num_positions must be an int, got bool"),
-        ((10, "8"), {}, TypeError, "d_model must be an int, got str"),
-        ((10, 8), {"base": 0.0}, ValueError, "base must be a positive finite number, got base=0.0"),
-        ((10, 8), {"base": float("inf")}, ValueError, "base must be a positive finite number, got base=inf"),
-        ((10, 8), {"base": "1e4"}, TypeError, "base must be a number, got str"),
-        ((10, 8), {"dtype": torch.int64}, TypeError, "dtype must be a floating torch.dtype, got dtype=torch.int64"),
+        ((10, 7), {}, ValueError, r"d_model must be even \(the dimensions come in \(sin, cos\) pairs\), got d_model=7"),
+        ((10, 0), {}, ValueError, "d_model .*d_model=0"),
+        ((0, 8), {}, ValueError, "num_positions .*num_positions=0"),
+        ((10.0, 8), {}, TypeError, "num_positions must be an int"),
+        ((True, 8), {}, TypeError, "num_positions must be an int"),
+        ((10, "8"), {}, TypeError, "d_model must be an int"),
+        ((10, 8), {"base": 0.0}, ValueError, "base .*base=0.0"),
+        ((10, 8), {"base": float("inf")}, ValueError, "base .*base=inf"),
+        ((10, 8), {"base": "1e4"}, TypeError, "base must be a number"),
+        ((10, 8), {"dtype": torch.int64}, ValueError, "dtype .*torch.int64"),
     ],
 )
 def test_sinusoidal_positions_bad_input(args, kwargs, error, match):
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match="sinusoidal_positions: " + match):
         sinusoidal_positions(*args, **kwargs)
 
 
@@ -148,7 +148,7 @@ def test_sinusoidal_module_buffer_is_not_persistent_and_follows_to():
     module.to(META)
     assert module.pe.device == META
     assert SinusoidalPositionalEncoding(4, 2, device=META).pe.device == META
-    with pytest.raises(TypeError, match="SinusoidalPositionalEncoding: dtype must be a floating torch.dtype, got dtype=torch.int32"):
+    with pytest.raises(ValueError, match="SinusoidalPositionalEncoding: dtype .*torch.int32"):
         SinusoidalPositionalEncoding(4, 2, dtype=torch.int32)
     assert "max_len=32, d_model=8, base=500" in repr(module)
 
@@ -161,28 +161,12 @@ def test_sinusoidal_module_gradient_flows_to_x():
 
 
 @pytest.mark.parametrize(
-    "x, error, match",
-    [
-        (torch.zeros(2, 300, 16), ValueError, r"SinusoidalPositionalEncoding: x has sequence length T=300, which exceeds max_len=256 \(x.shape=\(2, 300, 16\)\)"),
-        (torch.zeros(2, 10, 12), ValueError, r"x must have shape \(B, T, d_model\) with d_model=16, got x.shape=\(2, 10, 12\)"),
-        (torch.zeros(16), ValueError, r"x must have shape \(B, T, d_model\) with d_model=16, got x.shape=\(16,\)"),
-        (torch.zeros(2, 10, 16, dtype=torch.long), TypeError, "x must be a floating tensor .* got dtype torch.int64"),
-        (np.zeros((2, 10, 16)), TypeError, "x must be a floating tensor .* got ndarray"),
-    ],
-)
-def test_sinusoidal_module_bad_input(x, error, match):
-    module = SinusoidalPositionalEncoding(256, 16)
-    with pytest.raises(error, match=match):
-        module(x)
-
-
-@pytest.mark.parametrize(
     "args, kwargs, error, match",
     [
-        ((0, 8), {}, ValueError, "SinusoidalPositionalEncoding: max_len must be >= 1, got max_len=0"),
+        ((0, 8), {}, ValueError, "SinusoidalPositionalEncoding: max_len .*max_len=0"),
         ((10, 5), {}, ValueError, "SinusoidalPositionalEncoding: d_model must be even"),
-        ((10, 8), {"base": -1.0}, ValueError, "SinusoidalPositionalEncoding: base must be a positive finite number"),
-        ((10.5, 8), {}, TypeError, "SinusoidalPositionalEncoding: max_len must be an int, got float"),
+        ((10, 8), {"base": -1.0}, ValueError, "SinusoidalPositionalEncoding: base .*base=-1.0"),
+        ((10.5, 8), {}, TypeError, "SinusoidalPositionalEncoding: max_len must be an int"),
     ],
 )
 def test_sinusoidal_module_bad_constructor_arguments(args, kwargs, error, match):
@@ -252,32 +236,26 @@ def test_learned_device_dtype_and_from_pretrained():
     assert LearnedPositionalEmbedding.from_pretrained(table, freeze=False).weight.requires_grad
 
 
-@pytest.mark.parametrize(
-    "call, error, match",
-    [
-        (lambda m: m(80), ValueError, r"LearnedPositionalEmbedding: positions 0\.\.79 \(offset=0, seq_len=80\) exceed max_len=64"),
-        (lambda m: m(10, offset=60), ValueError, r"positions 60\.\.69 \(offset=60, seq_len=10\) exceed max_len=64.*at most 4 positions"),
-        (lambda m: m(1, offset=64), ValueError, r"positions 64\.\.64 \(offset=64, seq_len=1\) exceed max_len=64"),
-        (lambda m: m(0), ValueError, "LearnedPositionalEmbedding: seq_len must be >= 1, got seq_len=0"),
-        (lambda m: m(3, offset=-1), ValueError, "LearnedPositionalEmbedding: offset must be >= 0, got offset=-1"),
-        (lambda m: m(torch.arange(3)), TypeError, "LearnedPositionalEmbedding: seq_len must be an int, got Tensor"),
-        (lambda m: m(3, offset=1.0), TypeError, "offset must be an int, got float"),
-    ],
-)
-def test_learned_bad_input(call, error, match):
+@pytest.mark.parametrize("seq_len, offset", [(80, 0), (10, 60), (1, 64)])
+def test_learned_positions_beyond_max_len_have_no_vector(seq_len, offset):
+    # The forward pass checks nothing (the model checks the length at its entry); the lookup fails.
     wpe = LearnedPositionalEmbedding(64, 8)
-    with pytest.raises(error, match=match):
-        call(wpe)
+    with pytest.raises(IndexError):
+        wpe(seq_len, offset=offset)
 
 
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: LearnedPositionalEmbedding(0, 8), ValueError, "LearnedPositionalEmbedding: max_len must be >= 1, got max_len=0"),
-        (lambda: LearnedPositionalEmbedding(8, 0), ValueError, "d_model must be >= 1, got d_model=0"),
-        (lambda: LearnedPositionalEmbedding(8.0, 4), TypeError, "max_len must be an int, got float"),
-        (lambda: LearnedPositionalEmbedding.from_pretrained(torch.zeros(3)), ValueError, r"embeddings must be 2-D \(max_len, d_model\), got embeddings.shape=\(3,\)"),
-        (lambda: LearnedPositionalEmbedding.from_pretrained(np.zeros((3, 2))), TypeError, "embeddings must be a floating tensor, got ndarray"),
+        (lambda: LearnedPositionalEmbedding(0, 8), ValueError, "LearnedPositionalEmbedding: max_len .*max_len=0"),
+        (lambda: LearnedPositionalEmbedding(8, 0), ValueError, "LearnedPositionalEmbedding: d_model .*d_model=0"),
+        (lambda: LearnedPositionalEmbedding(8.0, 4), TypeError, "LearnedPositionalEmbedding: max_len must be an int"),
+        (lambda: LearnedPositionalEmbedding.from_pretrained(torch.zeros(3)), ValueError,
+         r"LearnedPositionalEmbedding.from_pretrained: embeddings must be 2-D, got embeddings.shape=\(3,\)"),
+        (lambda: LearnedPositionalEmbedding.from_pretrained(torch.zeros(3, 2, dtype=torch.long)), TypeError,
+         "LearnedPositionalEmbedding.from_pretrained: embeddings .*int64"),
+        (lambda: LearnedPositionalEmbedding.from_pretrained(np.zeros((3, 2))), TypeError,
+         "LearnedPositionalEmbedding.from_pretrained: embeddings must be a tensor, got ndarray"),
     ],
 )
 def test_learned_bad_constructor_arguments(call, error, match):
@@ -358,47 +336,49 @@ def test_apply_rope_gradcheck():
     assert torch.autograd.gradcheck(lambda t: apply_rope(t, cos, sin), (x,))
 
 
-@pytest.mark.parametrize(
-    "x_shape, cos_shape, sin_shape, error, match",
-    [
-        ((2, 5, 8), (6, 4), (6, 4), ValueError, r"apply_rope: cos must have shape \(T, head_dim // 2\) = \(5, 4\) for x.shape=\(2, 5, 8\), got cos.shape=\(6, 4\)"),
-        ((2, 5, 8), (5, 3), (5, 3), ValueError, r"cos must have shape \(T, head_dim // 2\) = \(5, 4\) .* got cos.shape=\(5, 3\)"),
-        ((2, 5, 8), (5, 4), (5, 5), ValueError, r"sin must have shape \(T, head_dim // 2\) = \(5, 4\) .* got sin.shape=\(5, 5\)"),
-        ((2, 5, 8), (1, 5, 4), (1, 5, 4), ValueError, r"cos must have shape .* got cos.shape=\(1, 5, 4\)"),
-        ((2, 5, 7), (5, 3), (5, 3), ValueError, r"apply_rope: x must have shape \(\.\.\., T, head_dim\) with head_dim even, got x.shape=\(2, 5, 7\)"),
-        ((8,), (1, 4), (1, 4), ValueError, r"x must have shape \(\.\.\., T, head_dim\) with head_dim even, got x.shape=\(8,\)"),
-    ],
-)
-def test_apply_rope_bad_shapes(x_shape, cos_shape, sin_shape, error, match):
-    with pytest.raises(error, match=match):
-        apply_rope(torch.zeros(x_shape), torch.zeros(cos_shape), torch.zeros(sin_shape))
+class _Positions(nn.Module):
+    """Token embeddings plus learned and sinusoidal positions, then RoPE on the result: the hot path."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(11, 8)
+        self.wpe = LearnedPositionalEmbedding(16, 8)
+        self.pe = SinusoidalPositionalEncoding(16, 8)
+        cos, sin = rope_angles(16, 8)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        h = self.pe(self.wte(idx) + self.wpe(T))
+        return apply_rope(h, self.cos[:T], self.sin[:T])
 
 
-@pytest.mark.parametrize(
-    "x, cos, error, match",
-    [
-        (torch.zeros(5, 8, dtype=torch.long), torch.zeros(5, 4), TypeError, "apply_rope: x must be a floating tensor, got dtype torch.int64"),
-        (np.zeros((5, 8)), torch.zeros(5, 4), TypeError, "apply_rope: x must be a floating tensor, got ndarray"),
-        (torch.zeros(5, 8), [[1.0] * 4] * 5, TypeError, "apply_rope: cos must be a floating tensor, got list"),
-    ],
-)
-def test_apply_rope_bad_types(x, cos, error, match):
-    with pytest.raises(error, match=match):
-        apply_rope(x, cos, torch.zeros(5, 4))
+def test_forward_passes_are_traceable_by_torch_export():
+    # The forwards check nothing, so torch.export traces them with a dynamic sequence length.
+    torch.manual_seed(0)
+    model = _Positions().eval()
+    idx = torch.randint(0, 11, (2, 5))
+    T = torch.export.Dim("T", min=2, max=16)
+    exported = torch.export.export(model, (idx,), dynamic_shapes=({1: T},))
+    for length in (3, 5, 16):
+        x = torch.randint(0, 11, (2, length))
+        torch.testing.assert_close(exported.module()(x), model(x), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
     "args, kwargs, error, match",
     [
-        ((10, 7), {}, ValueError, r"rope_angles: head_dim must be even \(RoPE rotates pairs of dimensions\), got head_dim=7"),
-        ((0, 8), {}, ValueError, "rope_angles: seq_len must be >= 1, got seq_len=0"),
-        ((10, 8), {"offset": -3}, ValueError, "rope_angles: offset must be >= 0, got offset=-3"),
-        ((10, 8), {"offset": 2.0}, TypeError, "rope_angles: offset must be an int, got float"),
-        ((10, 8), {"base": -5}, ValueError, "rope_angles: base must be a positive finite number, got base=-5"),
-        ((10, 8), {"dtype": torch.bool}, TypeError, "rope_angles: dtype must be a floating torch.dtype, got dtype=torch.bool"),
-        (("10", 8), {}, TypeError, "rope_angles: seq_len must be an int, got str"),
+        ((10, 7), {}, ValueError, r"head_dim must be even \(RoPE rotates pairs of dimensions\), got head_dim=7"),
+        ((10, 0), {}, ValueError, "head_dim .*head_dim=0"),
+        ((0, 8), {}, ValueError, "seq_len .*seq_len=0"),
+        ((10, 8), {"offset": -3}, ValueError, "offset .*offset=-3"),
+        ((10, 8), {"offset": 2.0}, TypeError, "offset must be an int"),
+        ((10, 8), {"base": -5}, ValueError, "base .*base=-5"),
+        ((10, 8), {"dtype": torch.bool}, ValueError, "dtype .*torch.bool"),
+        (("10", 8), {}, TypeError, "seq_len must be an int"),
     ],
 )
 def test_rope_angles_bad_input(args, kwargs, error, match):
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match="rope_angles: " + match):
         rope_angles(*args, **kwargs)

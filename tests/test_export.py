@@ -33,7 +33,8 @@ def repo_copy(tmp_path: Path) -> Path:
     """A copy of the parts of the repository the exporter reads and writes."""
     for name in ["book", "tools", "transformer_lib"]:
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    for name in ["_config.yml", "pyproject.toml"]:
+        shutil.copy(ROOT / name, tmp_path / name)
     return tmp_path
 
 
@@ -60,7 +61,9 @@ def test_editing_an_exported_cell_fails_the_check_until_regenerated(repo_copy: P
     assert run_export(repo_copy, "--check").returncode == 0
     generated = (repo_copy / "transformer_lib" / f"{module}.py").read_text(encoding="utf-8")
     assert "EDITED_IN_TEST = 1" in generated
-    assert '"EDITED_IN_TEST"' in (repo_copy / "transformer_lib" / "__init__.py").read_text()
+    assert '"EDITED_IN_TEST"' in generated  # in the module's __all__
+    # not re-exported at the top level: that needs an `#| api` line
+    assert "EDITED_IN_TEST" not in (repo_copy / "transformer_lib" / "__init__.py").read_text()
 
 
 def test_regenerating_is_byte_stable(repo_copy: Path):
@@ -148,3 +151,82 @@ def test_dunder_main_is_checked_and_removed_with_its_chapter(repo_copy: Path):
     assert run_export(repo_copy).returncode == 0
     assert not main_py.exists() and not (repo_copy / "transformer_lib" / "cli.py").exists()
     assert run_export(repo_copy, "--check").returncode == 0
+
+
+def add_cell(chapter: Path, source: str) -> None:
+    """Append a code cell to a chapter."""
+    text = chapter.read_text(encoding="utf-8").rstrip("\n")
+    chapter.write_text(text + "\n\n```{code-cell} ipython3\n" + source + "\n```\n", encoding="utf-8")
+
+
+def test_a_cell_can_export_to_another_module_which_names_both_chapters(repo_copy: Path):
+    chapters = sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))
+    add_cell(chapters[0], "#| export extra_mod\nFIRST_PART = 1")
+    add_cell(chapters[1], "#| export extra_mod\nSECOND_PART = 2")
+    assert run_export(repo_copy).returncode == 0
+    module = (repo_copy / "transformer_lib" / "extra_mod.py").read_text(encoding="utf-8")
+    header = module.splitlines()[0]
+    assert f"book/{chapters[0].name}" in header and f"book/{chapters[1].name}" in header
+    assert module.index("FIRST_PART = 1") < module.index("SECOND_PART = 2")
+    assert '"FIRST_PART"' in module and '"SECOND_PART"' in module
+
+
+def test_imports_of_a_later_chapter_join_the_top_of_the_module(repo_copy: Path):
+    chapters = sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))
+    add_cell(chapters[0], "#| export extra_mod\nimport math\n\nFIRST = math.pi")
+    add_cell(chapters[1], "#| export extra_mod\nimport math\nimport json\n\nSECOND = json.dumps(1)")
+    assert run_export(repo_copy).returncode == 0
+    module = (repo_copy / "transformer_lib" / "extra_mod.py").read_text(encoding="utf-8")
+    assert module.count("import math") == 1 and module.index("import json") < module.index("FIRST =")
+
+
+def test_api_line_curates_the_top_level(repo_copy: Path):
+    chapter = first_chapter_with_exports(repo_copy)
+    add_cell(chapter, "#| export\n#| api Kept\nclass Kept:\n    pass\n\n\nclass Left:\n    pass")
+    assert run_export(repo_copy).returncode == 0
+    init = (repo_copy / "transformer_lib" / "__init__.py").read_text(encoding="utf-8")
+    assert '"Kept"' in init and "Left" not in init
+
+    add_cell(chapter, "#| export\n#| api Missing\nPRESENT = 1")
+    result = run_export(repo_copy, "--check")
+    assert result.returncode == 2 and "Missing" in result.stderr and chapter.name in result.stderr
+
+
+def test_top_level_is_curated_and_versioned():
+    import transformer_lib
+
+    assert len(transformer_lib.__all__) <= 50
+    assert all(hasattr(transformer_lib, n) for n in transformer_lib.__all__)
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'version = "{transformer_lib.__version__}"' in pyproject
+    assert (ROOT / "transformer_lib" / "py.typed").is_file()
+
+
+def test_no_import_cycles_and_no_function_local_imports():
+    """Modules import each other at the top only, and the graph of those imports has no cycle."""
+    import ast
+
+    modules = {p.stem: p for p in (ROOT / "transformer_lib").glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_lib."):
+                deps.add(node.module.split(".")[1])
+            elif isinstance(node, ast.ImportFrom) and node.module == "transformer_lib":
+                deps.update(a.name for a in node.names if a.name in modules)
+        for func in ast.walk(tree):
+            if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                local = [n for n in ast.walk(func) if isinstance(n, ast.ImportFrom)
+                         and (n.module or "").startswith("transformer_lib")]
+                assert not local, f"{path.name}:{func.name} imports transformer_lib inside a function"
+        graph[name] = deps - {name}
+
+    def visit(node: str, stack: list[str]) -> None:
+        assert node not in stack, "import cycle: " + " -> ".join(stack + [node])
+        for dep in graph.get(node, ()):
+            visit(dep, stack + [node])
+
+    for name in graph:
+        visit(name, [])

@@ -1,13 +1,16 @@
 """Unit tests for transformer_lib.generation (chapter 12): samplers, the KV cache and generate."""
 
+import ast
 import math
 
 import numpy as np
 import pytest
 import torch
 
+import transformer_lib.generation
+from transformer_lib.config import GPTConfig
 from transformer_lib.generation import KVCache, _next_logits, generate, sample_next, top_k_filter, top_p_filter
-from transformer_lib.model import GPT, GPTConfig
+from transformer_lib.gpt import GPT
 
 INF = float("-inf")
 TINY = GPTConfig.from_preset("tiny")  # 2 layers, 2 heads, 32 wide, block_size 16, vocab 65
@@ -191,19 +194,21 @@ def test_kv_cache_errors():
         cache[0].update(torch.zeros(2, 4, 6, 8), torch.zeros(2, 4, 6, 8))
     with pytest.raises(ValueError, match=r"KVCache: k and v must have shape \(B, h, t, head_dim\) = \(2, 4, t, 8\)"):
         cache[0].update(torch.zeros(2, 3, 1, 8), torch.zeros(2, 3, 1, 8))
-    with pytest.raises(ValueError, match=r"KVCache: n_head must be >= 1, got n_head=0"):
+    with pytest.raises(ValueError, match="n_head"):
         KVCache(1, 1, 0, 8, 5)
-    with pytest.raises(TypeError, match=r"KVCache: max_len must be an int"):
+    with pytest.raises(TypeError, match="max_len"):
         KVCache(1, 1, 1, 8, 5.0)
-    with pytest.raises(TypeError, match=r"KVCache: dtype must be a floating torch.dtype"):
+    with pytest.raises(TypeError, match="dtype"):
         KVCache(1, 1, 1, 8, 5, dtype=torch.int64)
-    with pytest.raises(ValueError, match=r"KVCache.for_model: max_len must be <= block_size=16, got max_len=17"):
+    with pytest.raises(ValueError, match="device"):
+        KVCache(1, 1, 1, 8, 5, device="nowhere")
+    with pytest.raises(ValueError, match=r"KVCache.for_model: max_len .*block_size=16.*max_len=17"):
         KVCache.for_model(GPT(TINY), 1, max_len=17)
-    with pytest.raises(TypeError, match=r"KVCache.for_model: model must be a GPT"):
+    with pytest.raises(TypeError, match="KVCache.for_model: model"):
         KVCache.for_model(torch.nn.Linear(2, 2), 1)
-    with pytest.raises(ValueError, match=r"KVCache.crop: length must be in \[0, 0\], got length=1"):
+    with pytest.raises(ValueError, match=r"KVCache.crop: length .*\[0, 0\].*length=1"):
         cache.crop(1)
-    with pytest.raises(TypeError, match=r"KVCache.crop: length must be an int"):
+    with pytest.raises(TypeError, match="KVCache.crop: length"):
         cache.crop(None)
 
 
@@ -280,25 +285,26 @@ def test_generate_restores_the_mode_returns_a_normal_tensor_and_equals_the_metho
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(model=torch.nn.Linear(2, 2)), TypeError, "generate: model must be a GPT, got Linear"),
-        (dict(idx=torch.zeros(1, 3)), TypeError, "generate: idx must be an int64 tensor of token ids, got dtype torch.float32"),
-        (dict(idx=[[1, 2]]), TypeError, "generate: idx must be an int64 tensor of token ids, got list"),
-        (dict(idx=torch.zeros(3, dtype=torch.long)), ValueError, r"generate: idx must have shape \(B, T\) with B, T >= 1, got idx.shape=\(3,\)"),
-        (dict(idx=torch.zeros(1, 0, dtype=torch.long)), ValueError, r"idx.shape=\(1, 0\)"),
+        (dict(model=torch.nn.Linear(2, 2)), TypeError, "generate: model .*got Linear"),
+        (dict(idx=torch.zeros(1, 3)), TypeError, "generate: idx .*int64"),
+        (dict(idx=[[1, 2]]), TypeError, "generate: idx .*list"),
+        (dict(idx=torch.zeros(3, dtype=torch.long)), ValueError, r"generate: idx .*\(3,\)"),
+        (dict(idx=torch.zeros(1, 0, dtype=torch.long)), ValueError, r"generate: idx .*\(1, 0\)"),
         (dict(idx=torch.tensor([[1, 65]])), ValueError, r"generate: idx holds the id 65, outside \[0, vocab_size=65\)"),
         (dict(idx=torch.tensor([[-1, 2]])), ValueError, "generate: idx holds the id -1"),
-        (dict(max_new_tokens=-1), ValueError, "generate: max_new_tokens must be >= 0, got max_new_tokens=-1"),
-        (dict(max_new_tokens=2.0), TypeError, "generate: max_new_tokens must be an int, got float"),
-        (dict(temperature=-0.5), ValueError, r"generate: temperature must be a finite number >= 0 \(0 is greedy\), got temperature=-0.5"),
-        (dict(temperature=math.inf), ValueError, "generate: temperature must be a finite number >= 0"),
-        (dict(temperature="hot"), TypeError, "generate: temperature must be a number >= 0, got str"),
-        (dict(top_k=0), ValueError, "generate: top_k must be >= 1, got top_k=0"),
-        (dict(top_k=2.5), TypeError, "generate: top_k must be an int >= 1, got top_k=2.5"),
-        (dict(top_p=0.0), ValueError, r"generate: top_p must be in \(0, 1\], got top_p=0.0"),
-        (dict(top_p=1.5), ValueError, r"generate: top_p must be in \(0, 1\], got top_p=1.5"),
-        (dict(top_p=math.nan), ValueError, r"generate: top_p must be in \(0, 1\]"),
-        (dict(use_cache=1), TypeError, "generate: use_cache must be a bool, got int"),
-        (dict(generator=0), TypeError, "generate: generator must be None or a torch.Generator, got int"),
+        (dict(max_new_tokens=-1), ValueError, "generate: max_new_tokens"),
+        (dict(max_new_tokens=2.0), TypeError, "generate: max_new_tokens"),
+        (dict(temperature=-0.5), ValueError, "generate: temperature .*>= 0.*temperature=-0.5"),
+        (dict(temperature=math.inf), ValueError, "generate: temperature"),
+        (dict(temperature="hot"), TypeError, "generate: temperature"),
+        (dict(top_k=0), ValueError, "generate: top_k .*top_k=0"),
+        (dict(top_k=2.5), TypeError, "generate: top_k"),
+        (dict(top_p=0.0), ValueError, r"generate: top_p .*\(0, 1\].*top_p=0.0"),
+        (dict(top_p=1.5), ValueError, "generate: top_p .*top_p=1.5"),
+        (dict(top_p=math.nan), ValueError, "generate: top_p"),
+        (dict(use_cache=1), TypeError, "generate: use_cache"),
+        (dict(generator=0), TypeError, "generate: generator"),
+        (dict(callback="print"), TypeError, "generate: callback"),
     ],
 )
 def test_generate_errors(kwargs, error, match):
@@ -309,26 +315,32 @@ def test_generate_errors(kwargs, error, match):
 
 
 def test_sampler_errors():
+    # The filters check their scalar argument; the logits are not checked (they are the inner step of
+    # every generated token). sample_next, a user's entry point, checks all its arguments.
     z = torch.randn(4)
-    with pytest.raises(TypeError, match="top_k_filter: logits must have a floating dtype, got logits.dtype=int64"):
-        top_k_filter(torch.arange(4), 2)
-    with pytest.raises(ValueError, match=r"top_k_filter: logits must have shape \(..., V\) with V >= 1, got logits.shape=\(\)"):
-        top_k_filter(torch.tensor(1.0), 1)
-    with pytest.raises(ValueError, match="top_k_filter: k must be >= 1, got k=0"):
+    with pytest.raises(ValueError, match="top_k_filter: k .*k=0"):
         top_k_filter(z, 0)
-    with pytest.raises(TypeError, match=r"top_k_filter: k must be an int >= 1, got k=True"):
+    with pytest.raises(TypeError, match="top_k_filter: k"):
         top_k_filter(z, True)
-    with pytest.raises(TypeError, match="top_p_filter: logits must be a torch.Tensor, got list"):
-        top_p_filter([0.1, 0.2], 0.5)
-    with pytest.raises(ValueError, match=r"top_p_filter: p must be in \(0, 1\], got p=0"):
+    with pytest.raises(ValueError, match=r"top_p_filter: p .*\(0, 1\].*p=0"):
         top_p_filter(z, 0)
-    with pytest.raises(TypeError, match="top_p_filter: p must be a number in"):
+    with pytest.raises(ValueError, match="top_p_filter: p"):
+        top_p_filter(z, math.nan)
+    with pytest.raises(TypeError, match="top_p_filter: p"):
         top_p_filter(z, "0.5")
-    with pytest.raises(ValueError, match="sample_next: temperature must be a finite number >= 0"):
+    with pytest.raises(TypeError, match="sample_next: logits .*floating"):
+        sample_next(torch.arange(4))
+    with pytest.raises(TypeError, match="sample_next: logits"):
+        sample_next([0.1, 0.2])
+    with pytest.raises(ValueError, match="sample_next: logits"):
+        sample_next(torch.zeros(2, 0))
+    with pytest.raises(ValueError, match="sample_next: temperature"):
         sample_next(z, temperature=-1.0)
-    with pytest.raises(ValueError, match="sample_next: top_k must be >= 1, got top_k=-3"):
+    with pytest.raises(ValueError, match="sample_next: top_k .*top_k=-3"):
         sample_next(z, top_k=-3)
-    with pytest.raises(TypeError, match="sample_next: generator must be None or a torch.Generator"):
+    with pytest.raises(ValueError, match="sample_next: top_p"):
+        sample_next(z, top_p=2.0)
+    with pytest.raises(TypeError, match="sample_next: generator"):
         sample_next(z, generator=1)
 
 
@@ -340,5 +352,47 @@ def test_callback_streams_each_new_column():
     out = generate(model, idx, 7, temperature=1.0, generator=torch.Generator().manual_seed(5), callback=seen.append)
     assert len(seen) == 7 and all(column.shape == (2, 1) for column in seen)
     assert torch.equal(torch.cat(seen, dim=1), out[:, 3:])
-    with pytest.raises(TypeError, match="callback"):
-        generate(model, idx, 1, callback="print")
+
+
+def test_generate_restores_the_mode_when_a_step_fails():
+    model = make_model().train()
+
+    def stop(column):
+        raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        generate(model, ids((1, 3)), 5, callback=stop)
+    assert model.training
+
+
+# ---------------------------------------------------------------- duck typing: generation never imports gpt
+
+
+class Wrapped(torch.nn.Module):
+    """Not a GPT: a module with GPT's interface (a config, model(idx, kv_cache=...))."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.inner = gpt
+        self.config = gpt.config
+
+    def forward(self, idx, targets=None, *, kv_cache=None):
+        return self.inner(idx, targets, kv_cache=kv_cache)
+
+
+def test_generate_and_kv_cache_accept_any_module_with_the_interface():
+    model = make_model()
+    wrapped = Wrapped(model).eval()
+    prompt = ids((2, 4), seed=9)
+    for use_cache in (True, False):
+        assert torch.equal(generate(wrapped, prompt, 20, temperature=0, use_cache=use_cache),
+                           generate(model, prompt, 20, temperature=0))
+    cache = KVCache.for_model(wrapped, batch_size=2)
+    assert cache.k.shape == (2, 2, 2, 16, 16)
+
+
+def test_generation_module_does_not_import_the_model():
+    tree = ast.parse(open(transformer_lib.generation.__file__, encoding="utf-8").read())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not imported & {"transformer_lib.gpt", "transformer_lib.model", "transformer_lib.config"}, imported

@@ -5,29 +5,37 @@ touches the network.
 """
 
 import ast
+import hashlib
 import inspect
 import re
 from types import SimpleNamespace
 
 import pytest
+import safetensors.torch
 import torch
 
 import transformer_lib.gpt2 as gpt2_module
+from transformer_lib.config import GPT_PRESETS, GPTConfig
 from transformer_lib.data import DATA_ENV
+from transformer_lib.gpt import GPT
 from transformer_lib.gpt2 import (
+    GPT2_CHECKPOINTS,
     GPT2_REVISION,
     GPT2_WEIGHTS_SHA256,
     GPT2_WEIGHTS_URL,
     HF_CONV1D_WEIGHTS,
-    _load_safetensors,
+    GPT2Checkpoint,
     gpt2_config_from_hf,
     hf_gpt2_key_map,
     load_gpt2_weights,
     load_hf_gpt2_state_dict,
 )
-from transformer_lib.model import GPT, GPTConfig
 
-transformers = pytest.importorskip("transformers")
+
+def hf_transformers():
+    """The reference implementation; a test that needs it is skipped where it is not installed."""
+    return pytest.importorskip("transformers")
+
 
 # float32: the two implementations order their sums differently (logits of a few units);
 # float64: the same argument at 1e-16, with a wide margin.
@@ -40,12 +48,12 @@ def small_hf_config(**overrides):
         n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD, n_positions=N_POS, vocab_size=VOCAB,
         initializer_range=0.125, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
     )
-    return transformers.GPT2Config(**{**kwargs, **overrides})
+    return hf_transformers().GPT2Config(**{**kwargs, **overrides})
 
 
 def small_hf_model(seed=0, **overrides):
     torch.manual_seed(seed)
-    return transformers.GPT2LMHeadModel(small_hf_config(**overrides)).eval()
+    return hf_transformers().GPT2LMHeadModel(small_hf_config(**overrides)).eval()
 
 
 def our_config(**overrides):
@@ -90,7 +98,22 @@ def test_constants_pin_one_revision():
     assert GPT2_WEIGHTS_URL == (
         f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/model.safetensors"
     )
+    assert GPT2_CHECKPOINTS["gpt2"] == GPT2Checkpoint(
+        "openai-community/gpt2", GPT2_REVISION, GPT2_WEIGHTS_SHA256, "gpt2-124M.safetensors")
     assert HF_CONV1D_WEIGHTS == ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def test_checkpoints_are_the_four_gpt2_presets():
+    assert list(GPT2_CHECKPOINTS) == ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]
+    assert set(GPT2_CHECKPOINTS) <= set(GPT_PRESETS)
+    filenames = [c.filename for c in GPT2_CHECKPOINTS.values()]
+    assert len(set(filenames)) == 4 and all(f.endswith(".safetensors") for f in filenames)
+    for name, c in GPT2_CHECKPOINTS.items():
+        assert c.repo == f"openai-community/{name}"
+        assert c.revision is None or re.fullmatch(r"[0-9a-f]{40}", c.revision)
+        assert c.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", c.sha256)
+    assert GPT2_CHECKPOINTS["gpt2-medium"].sha256 and GPT2_CHECKPOINTS["gpt2-xl"].sha256
+    assert GPT2_CHECKPOINTS["gpt2-large"].sha256 is None  # not pinned yet: refused, see below
 
 
 @pytest.mark.parametrize("n_layer", [1, 3])
@@ -109,7 +132,7 @@ def test_key_map_pairs_hf_names_with_our_parameters(n_layer):
     # Exactly the parameters of both models: ours (the tied head once), theirs without lm_head.
     ours = GPT(our_config(n_layer=n_layer))
     assert sorted(key_map.values()) == sorted(name for name, _ in ours.named_parameters())
-    theirs = transformers.GPT2LMHeadModel(small_hf_config(n_layer=n_layer))
+    theirs = hf_transformers().GPT2LMHeadModel(small_hf_config(n_layer=n_layer))
     assert set(key_map) == set(theirs.state_dict()) - {"lm_head.weight"}
 
 
@@ -278,7 +301,7 @@ def test_config_from_hf_maps_fields_and_activation(hf_act, ours):
 
 
 def test_config_from_hf_of_gpt2_defaults_is_the_gpt2_preset():
-    assert gpt2_config_from_hf(transformers.GPT2Config()) == GPTConfig.from_preset("gpt2")
+    assert gpt2_config_from_hf(hf_transformers().GPT2Config()) == GPTConfig.from_preset("gpt2")
 
 
 def test_config_from_hf_is_duck_typed():
@@ -316,39 +339,78 @@ def test_config_from_hf_accepts_explicit_default_n_inner():
 # ---------------------------------------------------------------- the weights file (no network)
 
 
+def hub_layout(hf_sd):
+    """The tensors of ``hf_sd`` in the layout of the Hub's model.safetensors: no prefix, no head, mask buffers."""
+    raw = {k.removeprefix("transformer."): v.contiguous() for k, v in hf_sd.items() if k != "lm_head.weight"}
+    for i in range(N_LAYER):
+        raw[f"h.{i}.attn.bias"] = torch.ones(1, 1, N_POS, N_POS).tril()
+    return raw
+
+
+@pytest.fixture
+def fake_gpt2_file(tmp_path, monkeypatch, hf_sd):
+    """A small GPT-2 saved as the "gpt2" checkpoint, with that checkpoint and preset pointing at it."""
+    file = tmp_path / GPT2_CHECKPOINTS["gpt2"].filename
+    safetensors.torch.save_file(hub_layout(hf_sd), str(file))
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    monkeypatch.setitem(GPT2_CHECKPOINTS, "gpt2", GPT2_CHECKPOINTS["gpt2"]._replace(sha256=digest))
+    monkeypatch.setitem(GPT_PRESETS, "gpt2", {**GPT_PRESETS["gpt2"], **our_config().to_dict()})
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    return file
+
+
+def test_load_gpt2_weights_reads_the_verified_file(fake_gpt2_file, hf_sd):
+    for loaded in (load_gpt2_weights("gpt2"), load_gpt2_weights(path=fake_gpt2_file)):
+        raw = hub_layout(hf_sd)
+        assert loaded.keys() == raw.keys() and all(torch.equal(loaded[k], raw[k]) for k in raw)
+        assert params_equal(GPT.from_hf_gpt2(loaded, our_config()), GPT.from_hf_gpt2(hf_sd, our_config()))
+
+
+def test_from_pretrained_by_name_equals_transformers(fake_gpt2_file, hf, idx):
+    rng = torch.get_rng_state()
+    model = GPT.from_pretrained("gpt2")
+    assert torch.equal(torch.get_rng_state(), rng)  # the random initialisation did not touch the global RNG
+    assert not model.training and model.config == our_config()
+    assert model.lm_head.weight is model.wte.weight
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx)[0], hf(idx).logits, rtol=0, atol=ATOL[torch.float32])
+
+
 def test_load_gpt2_weights_rejects_a_file_with_the_wrong_checksum(tmp_path):
     (tmp_path / "gpt2-124M.safetensors").write_bytes(b"not the GPT-2 weights")
     with pytest.raises(ValueError, match="checksum mismatch"):
-        load_gpt2_weights(tmp_path)
+        load_gpt2_weights(path=tmp_path)
     with pytest.raises(ValueError, match="checksum mismatch"):
-        load_gpt2_weights(tmp_path / "gpt2-124M.safetensors")
+        load_gpt2_weights("gpt2", tmp_path / "gpt2-124M.safetensors")
 
 
 def test_load_gpt2_weights_offline_override_without_the_file(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="gpt2-124M.safetensors"):
-        load_gpt2_weights(tmp_path)
+        load_gpt2_weights(path=tmp_path)
+    with pytest.raises(FileNotFoundError, match="gpt2-medium-355M.safetensors"):
+        load_gpt2_weights("gpt2-medium", path=tmp_path)
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     with pytest.raises(FileNotFoundError, match=DATA_ENV):
         load_gpt2_weights()
+    with pytest.raises(FileNotFoundError, match=DATA_ENV):
+        GPT.from_pretrained("gpt2-xl")
 
 
-def test_safetensors_reader_round_trip(tmp_path, hf_sd):
-    from safetensors.torch import save_file
-
-    raw = {k.removeprefix("transformer."): v.contiguous() for k, v in hf_sd.items() if k != "lm_head.weight"}
-    raw["h.0.attn.bias"] = torch.ones(1, 1, 4, 4).tril()
-    file = tmp_path / "tiny.safetensors"
-    save_file(raw, str(file))
-    loaded = _load_safetensors(file)
-    assert loaded.keys() == raw.keys() and all(torch.equal(loaded[k], raw[k]) for k in raw)
-    assert params_equal(GPT.from_hf_gpt2(loaded, our_config()), GPT.from_hf_gpt2(hf_sd, our_config()))
+def test_load_gpt2_weights_name_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"load_gpt2_weights: name must be one of 'gpt2', 'gpt2-medium'.*got name='gpt3'"):
+        load_gpt2_weights("gpt3")
+    with pytest.raises(ValueError, match=r"load_gpt2_weights: no SHA-256 digest .*gpt2-large.* is pinned yet"):
+        load_gpt2_weights("gpt2-large", path=tmp_path)
+    with pytest.raises(ValueError, match="is pinned yet"):
+        GPT.from_pretrained("gpt2-large")
 
 
-def test_package_does_not_import_transformers():
+def test_module_imports_the_config_not_the_model_and_not_transformers():
     tree = ast.parse(inspect.getsource(gpt2_module))
     imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in imported if m.split(".")[0] == "transformers"], imported
-    assert "safetensors.torch" in imported  # lazily, inside _load_safetensors
-    top_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not any("safetensors" in ast.unparse(n) for n in top_level)
+    assert "transformer_lib.config" in imported and "transformer_lib.gpt" not in imported
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    local = [f.name for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not local, f"function-local imports in {local}"

@@ -208,6 +208,7 @@ class Module:
         codes = [cell.code for _, cell in self.parts]
         # A first cell that opens with a docstring says what the module is for; else the chapter's title.
         summary, codes[0] = module_docstring(codes[0])
+        codes = hoist_imports(codes)
         if len(chapters) == 1:
             header = MODULE_HEADER.format(chapter=paths[0])
             origin = f"Exported from the chapter `{paths[0]}`."
@@ -229,6 +230,54 @@ def module_docstring(code: str) -> tuple[str | None, str]:
         return None, code
     rest = code.split("\n")[body[0].end_lineno:]
     return body[0].value.value.strip(), "\n".join(rest).strip("\n")
+
+
+def leading_imports(code: str) -> tuple[list[ast.stmt], str]:
+    """The import statements a cell opens with, and the rest of the cell's source."""
+    end, nodes = 0, []
+    for node in ast.parse(code).body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            break
+        nodes.append(node)
+        end = node.end_lineno
+    return nodes, "\n".join(code.split("\n")[end:]).strip("\n")
+
+
+def imported_names(nodes: list[ast.stmt]) -> set[tuple[str, str]]:
+    """(module, name) for every name the statements bind: ("", "os") for ``import os``."""
+    return {(getattr(n, "module", "") or "", a.asname or a.name) for n in nodes for a in n.names}
+
+
+def hoist_imports(codes: list[str]) -> list[str]:
+    """Move the imports that later cells open with up to the module's top.
+
+    A chapter that adds cells to another chapter's module imports what its notebook needs at the top
+    of its cell; in the module those imports join the first cell's, and names already imported there
+    are dropped, so that every import stands at the top of the module, once.
+    """
+    first_nodes, _ = leading_imports(codes[0])
+    have = imported_names(first_nodes)
+    extra: list[str] = []
+    out = [codes[0]]
+    for code in codes[1:]:
+        nodes, body = leading_imports(code)
+        if not nodes:
+            out.append(code)
+            continue
+        for node in nodes:
+            module = getattr(node, "module", "") or ""
+            new = [a for a in node.names if (module, a.asname or a.name) not in have]
+            have |= {(module, a.asname or a.name) for a in new}
+            if new:
+                names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in new)
+                extra.append(f"from {module} import {names}" if isinstance(node, ast.ImportFrom)
+                             else f"import {names}")
+        out.append(body)
+    if extra:
+        end = first_nodes[-1].end_lineno if first_nodes else 0
+        lines = codes[0].split("\n")
+        out[0] = "\n".join(lines[:end] + extra + lines[end:])
+    return out
 
 
 def main_source(chapter: Chapter) -> str:
@@ -337,7 +386,8 @@ def planned_outputs() -> dict[Path, str]:
     out: dict[Path, str] = {}
     for ch in chapters:
         text = ch.with_install_url(url, branch)
-        out[ch.path] = text
+        if text != ch.text:  # only a changed install URL rewrites a chapter (never a stale copy of it)
+            out[ch.path] = text
         out[ch.path.with_suffix(".ipynb")] = ch.notebook_source(text)
     for module in modules:
         out[PACKAGE / f"{module.name}.py"] = module.source()

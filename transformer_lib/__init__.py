@@ -10,9 +10,89 @@ AdamW, the NumPy GPT) stay importable from their modules, e.g. ``transformer_lib
 from transformer_lib.utils import (
     eval_mode,
 )
+from transformer_lib.data import (
+    fetch,
+    load_tiny_shakespeare,
+    CharTokenizer,
+    train_val_split,
+    get_batch,
+)
+from transformer_lib.multihead import (
+    MultiHeadAttention,
+)
+from transformer_lib.block import (
+    TransformerBlock,
+)
+from transformer_lib.config import (
+    GPTConfig,
+    GPT_PRESETS,
+)
+from transformer_lib.gpt import (
+    GPT,
+)
+from transformer_lib.encoder_decoder import (
+    Seq2SeqConfig,
+    EncoderDecoder,
+    greedy_decode,
+    beam_search,
+)
+from transformer_lib.training import (
+    cosine_lr,
+    TrainConfig,
+    estimate_loss,
+    save_checkpoint,
+    load_checkpoint,
+    train,
+)
+from transformer_lib.evaluate import (
+    evaluate_split,
+)
+from transformer_lib.generation import (
+    sample_next,
+    KVCache,
+    generate,
+)
+from transformer_lib.bpe import (
+    train_bpe,
+    ByteBPETokenizer,
+    load_gpt2_tokenizer,
+)
+from transformer_lib.shipping import (
+    export_onnx,
+    OnnxGPT,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "eval_mode",
+    "fetch",
+    "load_tiny_shakespeare",
+    "CharTokenizer",
+    "train_val_split",
+    "get_batch",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "GPTConfig",
+    "GPT_PRESETS",
+    "GPT",
+    "Seq2SeqConfig",
+    "EncoderDecoder",
+    "greedy_decode",
+    "beam_search",
+    "cosine_lr",
+    "TrainConfig",
+    "estimate_loss",
+    "save_checkpoint",
+    "load_checkpoint",
+    "train",
+    "evaluate_split",
+    "sample_next",
+    "KVCache",
+    "generate",
+    "train_bpe",
+    "ByteBPETokenizer",
+    "load_gpt2_tokenizer",
+    "export_onnx",
+    "OnnxGPT",
 ]

@@ -23,47 +23,37 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-def _is_floating(x) -> bool:
-    """True if ``x`` (a torch tensor or a NumPy array) has a floating-point dtype."""
-    if isinstance(x, torch.Tensor):
-        return x.is_floating_point()
-    return bool(np.issubdtype(x.dtype, np.floating))
+from transformer_lib._checks import check_array, check_bool, check_float, check_int, check_tensor
 
 
-def _is_bool(x) -> bool:
-    """True if ``x`` (a torch tensor or a NumPy array) has a boolean dtype."""
-    if isinstance(x, torch.Tensor):
-        return x.dtype == torch.bool
-    return x.dtype == np.bool_
+def softmax_np(x: np.ndarray, axis: int = -1, *, empty_to_zero: bool = False) -> np.ndarray:
+    """Numerically stable softmax of a NumPy array.
 
+    Computes ``exp(x - m) / sum(exp(x - m))`` with ``m`` the maximum along ``axis``. Subtracting
+    the maximum does not change the result and keeps ``exp`` from overflowing. As with
+    ``torch.softmax``, a slice whose entries are all ``-inf`` gives NaN: there is no distribution
+    over an empty set of choices; with ``empty_to_zero=True`` it gives zeros instead, which is what
+    the attention functions of this module return for a query whose keys are all masked.
 
-def _dtype_name(x) -> str:
-    return str(x.dtype).removeprefix("torch.")
+    Args:
+        x: floating array of any shape with at least one dimension, for example ``(..., n)``.
+        axis: the axis to normalise over.
+        empty_to_zero: return zeros, not NaN, for a slice whose entries are all ``-inf``.
 
+    Returns:
+        An array with the shape and dtype of ``x``, non-negative and summing to 1 along ``axis``
+        (or all zeros for an all ``-inf`` slice with ``empty_to_zero``).
 
-def _array_type_name(array_type: type) -> str:
-    return f"{array_type.__module__}.{array_type.__name__}"
-
-
-def _check_softmax_args(fn: str, x, dim, array_type: type, dim_name: str) -> None:
-    """Validate the arguments of :func:`softmax_np` and :func:`softmax` (one set of checks for both)."""
-    if not isinstance(x, array_type):
-        raise TypeError(f"{fn}: x must be a {_array_type_name(array_type)}, got {type(x).__name__}")
-    if not _is_floating(x):
-        raise TypeError(f"{fn}: x must have a floating dtype, got x.dtype={_dtype_name(x)}")
+    Raises:
+        TypeError: if ``x`` is not a floating ``numpy.ndarray`` or ``axis`` is not an int.
+        ValueError: if ``x`` is 0-d or ``axis`` is out of range.
+    """
+    check_array("softmax_np", "x", x)
+    if x.dtype.kind != "f":
+        raise TypeError(f"softmax_np: x must have a floating dtype, got x.dtype={x.dtype}")
     if x.ndim == 0:
-        raise ValueError(f"{fn}: x must have at least one dimension, got x.shape=()")
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-        raise TypeError(f"{fn}: {dim_name} must be an int, got {type(dim).__name__}")
-    if not -x.ndim <= dim < x.ndim:
-        raise ValueError(
-            f"{fn}: {dim_name} must be in [{-x.ndim}, {x.ndim - 1}] for x.shape={tuple(x.shape)}, "
-            f"got {dim_name}={dim}"
-        )
-
-
-def _softmax_np(x: np.ndarray, axis: int, empty_to_zero: bool = False) -> np.ndarray:
+        raise ValueError("softmax_np: x must have at least one dimension, got x.shape=()")
+    check_int("softmax_np", "axis", axis, minimum=-x.ndim, maximum=x.ndim - 1)
     m = np.max(x, axis=axis, keepdims=True)
     if empty_to_zero:
         # An all -inf slice has max -inf; shifting by 0 instead makes every exp exactly 0.
@@ -76,29 +66,6 @@ def _softmax_np(x: np.ndarray, axis: int, empty_to_zero: bool = False) -> np.nda
     return e / total
 
 
-def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax of a NumPy array.
-
-    Computes ``exp(x - m) / sum(exp(x - m))`` with ``m`` the maximum along ``axis``. Subtracting
-    the maximum does not change the result and keeps ``exp`` from overflowing. As with
-    ``torch.softmax``, a slice whose entries are all ``-inf`` gives NaN: there is no distribution
-    over an empty set of choices. (The attention functions of this module return zeros there.)
-
-    Args:
-        x: floating array of any shape with at least one dimension, for example ``(..., n)``.
-        axis: the axis to normalise over.
-
-    Returns:
-        An array with the shape and dtype of ``x``, non-negative and summing to 1 along ``axis``.
-
-    Raises:
-        TypeError: if ``x`` is not a floating ``numpy.ndarray`` or ``axis`` is not an int.
-        ValueError: if ``x`` is 0-d or ``axis`` is out of range.
-    """
-    _check_softmax_args("softmax_np", x, axis, np.ndarray, "axis")
-    return _softmax_np(x, axis)
-
-
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """True if an array of ``shape`` broadcasts to ``target`` without enlarging it."""
     if len(shape) > len(target):
@@ -106,68 +73,59 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
-def _check_attention_args(fn: str, q, k, v, attn_mask, is_causal, scale, array_type: type) -> None:
-    """Validate the arguments shared by the NumPy and PyTorch attention functions.
+def _check_attention_args(where: str, q, k, v, attn_mask, is_causal, scale, *, numpy: bool = False) -> None:
+    """Check the arguments shared by the NumPy (``numpy=True``) and PyTorch attention functions.
 
-    ``v`` is None for :func:`attention_weights`. ``array_type`` is ``np.ndarray`` or ``torch.Tensor``.
+    ``v`` is None for :func:`attention_weights`.
     """
+    check = check_array if numpy else check_tensor
     named = {"q": q, "k": k} if v is None else {"q": q, "k": k, "v": v}
     for name, x in named.items():
-        if not isinstance(x, array_type):
-            raise TypeError(f"{fn}: {name} must be a {_array_type_name(array_type)}, got {type(x).__name__}")
-        if not _is_floating(x):
-            raise TypeError(f"{fn}: {name} must have a floating dtype, got {name}.dtype={_dtype_name(x)}")
+        check(where, name, x)
+        if not (x.dtype.kind == "f" if numpy else x.is_floating_point()):
+            raise TypeError(f"{where}: {name} must have a floating dtype, got {name}.dtype={x.dtype}")
         if x.ndim < 2:
             rows = "L" if name == "q" else "S"
             raise ValueError(
-                f"{fn}: {name} must have at least 2 dimensions (..., {rows}, features), "
+                f"{where}: {name} must have at least 2 dimensions (..., {rows}, features), "
                 f"got {name}.shape={tuple(x.shape)}"
             )
     shapes = " and ".join(f"{name}.shape={tuple(x.shape)}" for name, x in named.items())
     if len({x.dtype for x in named.values()}) > 1:
-        dtypes = ", ".join(f"{name}.dtype={_dtype_name(x)}" for name, x in named.items())
-        raise TypeError(f"{fn}: {', '.join(named)} must have the same dtype, got {dtypes}")
-    if q.shape[-1] != k.shape[-1]:
+        dtypes = ", ".join(f"{name}.dtype={x.dtype}" for name, x in named.items())
+        raise TypeError(f"{where}: {', '.join(named)} must have the same dtype, got {dtypes}")
+    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
         raise ValueError(
-            f"{fn}: q and k must have the same last dimension (E), "
+            f"{where}: q and k must have the same last dimension (E >= 1), "
             f"got q.shape={tuple(q.shape)} and k.shape={tuple(k.shape)}"
         )
-    if q.shape[-1] == 0:
-        raise ValueError(f"{fn}: q and k must have a last dimension E >= 1, got q.shape={tuple(q.shape)}")
     if v is not None and k.shape[-2] != v.shape[-2]:
         raise ValueError(
-            f"{fn}: k and v must have the same number of keys (S, dimension -2), "
+            f"{where}: k and v must have the same number of keys (S, dimension -2), "
             f"got k.shape={tuple(k.shape)} and v.shape={tuple(v.shape)}"
         )
     if any(tuple(x.shape[:-2]) != tuple(q.shape[:-2]) for x in named.values()):
-        raise ValueError(f"{fn}: {', '.join(named)} must have the same leading (batch) dimensions, got {shapes}")
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"{fn}: is_causal must be a bool, got {type(is_causal).__name__}")
+        raise ValueError(f"{where}: {', '.join(named)} must have the same leading (batch) dimensions, got {shapes}")
+    check_bool(where, "is_causal", is_causal)
     if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{fn}: scale must be None or a number, got {type(scale).__name__}")
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"{fn}: scale must be a positive finite number, got scale={scale}")
+        check_float(where, "scale", scale, minimum=0.0, min_open=True)
     if attn_mask is None:
         return
     if is_causal:
         raise ValueError(
-            f"{fn}: attn_mask and is_causal=True are mutually exclusive (is_causal builds its own mask), "
+            f"{where}: attn_mask and is_causal=True are mutually exclusive (is_causal builds its own mask), "
             f"got attn_mask.shape={tuple(attn_mask.shape)} and is_causal=True"
         )
-    if not isinstance(attn_mask, array_type):
+    check(where, "attn_mask", attn_mask)
+    if not (attn_mask.dtype.kind in "bf" if numpy else attn_mask.dtype == torch.bool or attn_mask.is_floating_point()):
         raise TypeError(
-            f"{fn}: attn_mask must be None or a {_array_type_name(array_type)}, got {type(attn_mask).__name__}"
-        )
-    if not (_is_bool(attn_mask) or _is_floating(attn_mask)):
-        raise TypeError(
-            f"{fn}: attn_mask must have dtype bool (True = may attend) or a floating dtype "
-            f"(added to the scores), got attn_mask.dtype={_dtype_name(attn_mask)}"
+            f"{where}: attn_mask must have dtype bool (True = may attend) or a floating dtype "
+            f"(added to the scores), got attn_mask.dtype={attn_mask.dtype}"
         )
     target = (*tuple(q.shape[:-2]), q.shape[-2], k.shape[-2])
     if not _broadcasts_to(tuple(attn_mask.shape), target):
         raise ValueError(
-            f"{fn}: attn_mask must broadcast to the scores' shape (..., L, S) = {target}, "
+            f"{where}: attn_mask must broadcast to the scores' shape (..., L, S) = {target}, "
             f"got attn_mask.shape={tuple(attn_mask.shape)}"
         )
 
@@ -206,7 +164,7 @@ def scaled_dot_product_attention_np(
         ValueError: for mismatched shapes, an ``attn_mask`` that does not broadcast to (..., L, S),
             ``attn_mask`` given together with ``is_causal=True``, or a non-positive ``scale``.
     """
-    _check_attention_args("scaled_dot_product_attention_np", q, k, v, attn_mask, is_causal, scale, np.ndarray)
+    _check_attention_args("scaled_dot_product_attention_np", q, k, v, attn_mask, is_causal, scale, numpy=True)
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(E) if scale is None else scale
     scores = (q @ np.swapaxes(k, -2, -1)) * scale  # (..., L, S)
@@ -217,16 +175,8 @@ def scaled_dot_product_attention_np(
             scores = np.where(attn_mask, scores, -np.inf)
         else:
             scores = scores + attn_mask.astype(scores.dtype)
-    weights = _softmax_np(scores, axis=-1, empty_to_zero=True)
+    weights = softmax_np(scores, axis=-1, empty_to_zero=True)
     return weights @ v
-
-
-def _check_size(fn: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{fn}: {name} must be >= 0, got {name}={value}")
-    return int(value)
 
 
 def causal_mask(size_q: int, size_k: int | None = None, *, device: torch.device | str | None = None) -> Tensor:
@@ -247,8 +197,8 @@ def causal_mask(size_q: int, size_k: int | None = None, *, device: torch.device 
         TypeError: if a size is not an int.
         ValueError: if a size is negative.
     """
-    size_q = _check_size("causal_mask", "size_q", size_q)
-    size_k = size_q if size_k is None else _check_size("causal_mask", "size_k", size_k)
+    size_q = check_int("causal_mask", "size_q", size_q, minimum=0)
+    size_k = size_q if size_k is None else check_int("causal_mask", "size_k", size_k, minimum=0)
     return torch.ones(size_q, size_k, dtype=torch.bool, device=device).tril()
 
 
@@ -277,36 +227,55 @@ def padding_mask(
             is not an int.
         ValueError: if a length is negative, ``max_len`` is negative, or a length exceeds ``max_len``.
     """
-    fn = "padding_mask"
+    where = "padding_mask"
     if isinstance(lengths, np.ndarray):
         lengths = torch.from_numpy(lengths)
     if isinstance(lengths, torch.Tensor):
-        if lengths.ndim != 1 or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
-            raise TypeError(
-                f"{fn}: lengths must be a 1-D integer tensor, "
-                f"got shape {tuple(lengths.shape)} and dtype {_dtype_name(lengths)}"
-            )
+        check_tensor(where, "lengths", lengths, ndim=1)
+        if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+            raise TypeError(f"{where}: lengths must hold integers, got lengths.dtype={lengths.dtype}")
         device = lengths.device if device is None else device
         lengths = lengths.to(device=device, dtype=torch.long)
     elif isinstance(lengths, Sequence) and not isinstance(lengths, str):
-        for i, n in enumerate(lengths):
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-                raise TypeError(f"{fn}: lengths must hold ints, got {type(n).__name__} at index {i}")
-        lengths = torch.tensor([int(n) for n in lengths], dtype=torch.long, device=device)
+        lengths = [check_int(where, f"lengths[{i}]", n) for i, n in enumerate(lengths)]
+        lengths = torch.tensor(lengths, dtype=torch.long, device=device)
     else:
         raise TypeError(
-            f"{fn}: lengths must be a sequence of ints or a 1-D integer tensor, got {type(lengths).__name__}"
+            f"{where}: lengths must be a sequence of ints or a 1-D integer tensor, got {type(lengths).__name__}"
         )
     if bool((lengths < 0).any()):
-        raise ValueError(f"{fn}: lengths must be >= 0, got lengths={lengths.tolist()}")
+        raise ValueError(f"{where}: lengths must be >= 0, got lengths={lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
-    max_len = longest if max_len is None else _check_size(fn, "max_len", max_len)
+    max_len = longest if max_len is None else check_int(where, "max_len", max_len, minimum=0)
     if longest > max_len:
-        raise ValueError(f"{fn}: every length must be <= max_len={max_len}, got lengths={lengths.tolist()}")
+        raise ValueError(f"{where}: every length must be <= max_len={max_len}, got lengths={lengths.tolist()}")
     return torch.arange(max_len, device=device) < lengths[:, None]
 
 
-def _softmax(x: Tensor, dim: int, empty_to_zero: bool = False) -> Tensor:
+def softmax(x: Tensor, dim: int = -1, *, empty_to_zero: bool = False) -> Tensor:
+    """Numerically stable softmax, written from scratch (the same values as ``torch.softmax``).
+
+    Computes ``exp(x - m) / sum(exp(x - m))`` with ``m`` the maximum along ``dim``. As with
+    ``torch.softmax``, a slice whose entries are all ``-inf`` gives NaN; with ``empty_to_zero=True``
+    it gives zeros, as the attention functions need. Differentiable by autograd.
+
+    Args:
+        x: floating tensor of any shape with at least one dimension, for example ``(..., n)``.
+        dim: the dimension to normalise over.
+        empty_to_zero: return zeros, not NaN, for a slice whose entries are all ``-inf``.
+
+    Returns:
+        A tensor with the shape and dtype of ``x``, non-negative and summing to 1 along ``dim``
+        (or all zeros for an all ``-inf`` slice with ``empty_to_zero``).
+
+    Raises:
+        TypeError: if ``x`` is not a floating ``torch.Tensor`` or ``dim`` is not an int.
+        ValueError: if ``x`` is 0-d or ``dim`` is out of range.
+    """
+    check_tensor("softmax", "x", x, floating=True)
+    if x.ndim == 0:
+        raise ValueError("softmax: x must have at least one dimension, got x.shape=()")
+    check_int("softmax", "dim", dim, minimum=-x.ndim, maximum=x.ndim - 1)
     # The max is a constant shift that leaves the softmax unchanged: no gradient flows through it.
     m = x.amax(dim=dim, keepdim=True).detach()
     if empty_to_zero:
@@ -317,41 +286,6 @@ def _softmax(x: Tensor, dim: int, empty_to_zero: bool = False) -> Tensor:
     if empty_to_zero:
         total = total.masked_fill(total == 0, 1.0)
     return e / total
-
-
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """Numerically stable softmax, written from scratch (the same values as ``torch.softmax``).
-
-    Computes ``exp(x - m) / sum(exp(x - m))`` with ``m`` the maximum along ``dim``. As with
-    ``torch.softmax``, a slice whose entries are all ``-inf`` gives NaN. Differentiable by autograd.
-
-    Args:
-        x: floating tensor of any shape with at least one dimension, for example ``(..., n)``.
-        dim: the dimension to normalise over.
-
-    Returns:
-        A tensor with the shape and dtype of ``x``, non-negative and summing to 1 along ``dim``.
-
-    Raises:
-        TypeError: if ``x`` is not a floating ``torch.Tensor`` or ``dim`` is not an int.
-        ValueError: if ``x`` is 0-d or ``dim`` is out of range.
-    """
-    _check_softmax_args("softmax", x, dim, torch.Tensor, "dim")
-    return _softmax(x, dim)
-
-
-def _attention_weights(q: Tensor, k: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float | None) -> Tensor:
-    L, S, E = q.size(-2), k.size(-2), q.size(-1)
-    scale = 1.0 / math.sqrt(E) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
-    if is_causal:
-        attn_mask = causal_mask(L, S, device=q.device)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            scores = scores + attn_mask.to(scores.dtype)
-    return _softmax(scores, dim=-1, empty_to_zero=True)
 
 
 def attention_weights(
@@ -385,8 +319,18 @@ def attention_weights(
         ValueError: for mismatched shapes, an ``attn_mask`` that does not broadcast to (..., L, S),
             ``attn_mask`` given together with ``is_causal=True``, or a non-positive ``scale``.
     """
-    _check_attention_args("attention_weights", q, k, None, attn_mask, is_causal, scale, torch.Tensor)
-    return _attention_weights(q, k, attn_mask, is_causal, scale)
+    _check_attention_args("attention_weights", q, k, None, attn_mask, is_causal, scale)
+    L, S, E = q.size(-2), k.size(-2), q.size(-1)
+    scale = 1.0 / math.sqrt(E) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., L, S)
+    if is_causal:
+        attn_mask = causal_mask(L, S, device=q.device)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.to(scores.dtype)
+    return softmax(scores, dim=-1, empty_to_zero=True)
 
 
 def scaled_dot_product_attention(
@@ -426,13 +370,10 @@ def scaled_dot_product_attention(
             ``attn_mask`` given together with ``is_causal=True``, a non-positive ``scale`` or a
             ``dropout_p`` outside [0, 1].
     """
-    fn = "scaled_dot_product_attention"
-    _check_attention_args(fn, q, k, v, attn_mask, is_causal, scale, torch.Tensor)
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{fn}: dropout_p must be a number, got {type(dropout_p).__name__}")
-    if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"{fn}: dropout_p must be in [0, 1], got dropout_p={dropout_p}")
-    weights = _attention_weights(q, k, attn_mask, is_causal, scale)
+    where = "scaled_dot_product_attention"
+    _check_attention_args(where, q, k, v, attn_mask, is_causal, scale)
+    dropout_p = check_float(where, "dropout_p", dropout_p, minimum=0.0, maximum=1.0)
+    weights = attention_weights(q, k, attn_mask, is_causal, scale)
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=float(dropout_p))
+        weights = F.dropout(weights, p=dropout_p)
     return weights @ v

@@ -17,53 +17,29 @@ __all__ = [
 ]
 
 import math
-from numbers import Integral, Real
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from transformer_lib.multihead import MultiHeadAttention
 
 
-def _dtype_name(x: Tensor) -> str:
-    return str(x.dtype).removeprefix("torch.")
+def _check_norm_args(where: str, x, eps, **affine) -> float:
+    """Check the arguments of :func:`layer_norm` and :func:`rms_norm`; return ``eps`` as a float.
 
-
-def _check_input(fn: str, x) -> None:
-    """Raise unless ``x`` is a floating tensor with at least one dimension."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{fn}: x must have a floating dtype, got x.dtype={_dtype_name(x)}")
+    ``x`` must be a floating tensor (..., C), each of ``affine`` (gain, bias) None or a (C,) tensor
+    of the dtype of ``x``, and ``eps`` a positive number.
+    """
+    check_tensor(where, "x", x, floating=True)
     if x.ndim == 0:
-        raise ValueError(f"{fn}: x must have at least one dimension (..., C), got x.shape=()")
-
-
-def _check_affine(fn: str, name: str, p, x: Tensor) -> None:
-    """Raise unless ``p`` is None or a (C,) tensor with the dtype of ``x``, C its last dimension."""
-    if p is None:
-        return
-    if not isinstance(p, Tensor):
-        raise TypeError(f"{fn}: {name} must be None or a torch.Tensor, got {type(p).__name__}")
-    if p.dtype != x.dtype:
-        raise TypeError(
-            f"{fn}: {name} must have the dtype of x, got {name}.dtype={_dtype_name(p)} and x.dtype={_dtype_name(x)}"
-        )
-    if p.shape != x.shape[-1:]:
-        raise ValueError(
-            f"{fn}: {name} must have shape (C,) = ({x.shape[-1]},), C the last dimension of x, "
-            f"got {name}.shape={tuple(p.shape)}"
-        )
-
-
-def _check_eps(fn: str, eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, Real):
-        raise TypeError(f"{fn}: eps must be a number, got {type(eps).__name__}")
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"{fn}: eps must be a positive finite number, got eps={eps}")
-    return float(eps)
+        raise ValueError(f"{where}: x must have at least one dimension (..., C), got x.shape=()")
+    for name, p in affine.items():
+        if p is not None:
+            check_tensor(where, name, p, dtype=x.dtype, shape=(x.size(-1),))
+    return check_float(where, "eps", eps, minimum=0.0, min_open=True)
 
 
 def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
@@ -86,11 +62,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
             dtype, or ``eps`` is not a number.
         ValueError: if ``x`` is 0-d, ``weight`` or ``bias`` is not of shape (C,), or ``eps <= 0``.
     """
-    fn = "layer_norm"
-    _check_input(fn, x)
-    _check_affine(fn, "weight", weight, x)
-    _check_affine(fn, "bias", bias, x)
-    eps = _check_eps(fn, eps)
+    eps = _check_norm_args("layer_norm", x, eps, weight=weight, bias=bias)
     mean = x.mean(dim=-1, keepdim=True)
     var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # biased: divide by C
     y = (x - mean) / torch.sqrt(var + eps)
@@ -99,28 +71,6 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     if bias is not None:
         y = y + bias
     return y
-
-
-def _check_size(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{where}: {name} must be >= 1, got {name}={value}")
-    return int(value)
-
-
-def _check_bool(where: str, name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{where}: {name} must be a bool, got {type(value).__name__}")
-    return value
-
-
-def _check_last_dim(where: str, x, size: int) -> None:
-    """The cheap check of a module's input: a tensor whose last dimension is ``size``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim == 0 or x.shape[-1] != size:
-        raise ValueError(f"{where}: x must have shape (..., {size}), got x.shape={tuple(x.shape)}")
 
 
 class LayerNorm(nn.Module):
@@ -145,11 +95,11 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        self.d_model = _check_size("LayerNorm", "d_model", d_model)
-        self.eps = _check_eps("LayerNorm", eps)
+        self.d_model = check_int("LayerNorm", "d_model", d_model, minimum=1)
+        self.eps = check_float("LayerNorm", "eps", eps, minimum=0.0, min_open=True)
         self.normalized_shape = (self.d_model,)
         self.weight = nn.Parameter(torch.ones(self.d_model))
-        self.bias = nn.Parameter(torch.zeros(self.d_model)) if _check_bool("LayerNorm", "bias", bias) else None
+        self.bias = nn.Parameter(torch.zeros(self.d_model)) if check_bool("LayerNorm", "bias", bias) else None
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}"
@@ -162,12 +112,7 @@ class LayerNorm(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor.
-            ValueError: if the last dimension of ``x`` is not ``d_model``.
         """
-        _check_last_dim("LayerNorm", x, self.d_model)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
@@ -190,20 +135,15 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
             ``eps`` is not a number.
         ValueError: if ``x`` is 0-d, ``weight`` is not of shape (C,), or ``eps <= 0``.
     """
-    fn = "rms_norm"
-    _check_input(fn, x)
-    _check_affine(fn, "weight", weight, x)
-    eps = _check_eps(fn, eps)
-    return _rms_norm(x, weight, eps)
-
-
-def _rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    eps = _check_norm_args("rms_norm", x, eps, weight=weight)
     y = x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
     return y if weight is None else y * weight
 
 
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation over the last dimension, with a learned gain.
+
+    The function of :func:`rms_norm`, computed by PyTorch's fused ``F.rms_norm``.
 
     Args:
         d_model: size C of the normalised (last) dimension.
@@ -219,8 +159,9 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float = 1e-6):
         super().__init__()
-        self.d_model = _check_size("RMSNorm", "d_model", d_model)
-        self.eps = _check_eps("RMSNorm", eps)
+        self.d_model = check_int("RMSNorm", "d_model", d_model, minimum=1)
+        self.eps = check_float("RMSNorm", "eps", eps, minimum=0.0, min_open=True)
+        self.normalized_shape = (self.d_model,)
         self.weight = nn.Parameter(torch.ones(self.d_model))
 
     def extra_repr(self) -> str:
@@ -234,13 +175,8 @@ class RMSNorm(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor.
-            ValueError: if the last dimension of ``x`` is not ``d_model``.
         """
-        _check_last_dim("RMSNorm", x, self.d_model)
-        return _rms_norm(x, self.weight, self.eps)
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -257,44 +193,22 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
         Tensor with the shape and dtype of ``x``.
 
     Raises:
-        TypeError: if ``x`` is not a floating tensor or ``approximate`` is not a str.
+        TypeError: if ``x`` is not a floating tensor.
         ValueError: if ``approximate`` is neither ``"none"`` nor ``"tanh"``.
     """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"gelu: x must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"gelu: x must have a floating dtype, got x.dtype={_dtype_name(x)}")
-    if not isinstance(approximate, str):
-        raise TypeError(f"gelu: approximate must be a str, got {type(approximate).__name__}")
-    if approximate == "none":
-        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    check_tensor("gelu", "x", x, floating=True)
+    check_choice("gelu", "approximate", approximate, ("none", "tanh"))
     if approximate == "tanh":
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
-    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got approximate={approximate!r}")
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+# The activations by name (Chapter 6's configurations check their names against these keys).
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh}
-
-
-def _check_activation(where: str, activation) -> str:
-    if not isinstance(activation, str):
-        raise TypeError(f"{where}: activation must be a str, got {type(activation).__name__}")
-    if activation not in _ACTIVATIONS:
-        choices = ", ".join(repr(a) for a in _ACTIVATIONS)
-        raise ValueError(f"{where}: activation must be one of {choices}, got activation={activation!r}")
-    return activation
-
-
-def _check_dropout(where: str, dropout) -> float:
-    if isinstance(dropout, bool) or not isinstance(dropout, Real):
-        raise TypeError(f"{where}: dropout must be a number, got {type(dropout).__name__}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"{where}: dropout must be in [0, 1), got dropout={dropout}")
-    return float(dropout)
 
 
 class FeedForward(nn.Module):
@@ -330,12 +244,13 @@ class FeedForward(nn.Module):
     ):
         super().__init__()
         where = "FeedForward"
-        self.d_model = _check_size(where, "d_model", d_model)
-        self.d_ff = 4 * self.d_model if d_ff is None else _check_size(where, "d_ff", d_ff)
-        self.activation = _check_activation(where, activation)
-        bias = _check_bool(where, "bias", bias)
+        self.d_model = check_int(where, "d_model", d_model, minimum=1)
+        self.d_ff = 4 * self.d_model if d_ff is None else check_int(where, "d_ff", d_ff, minimum=1)
+        self.activation = check_choice(where, "activation", activation, _ACTIVATIONS)
+        bias = check_bool(where, "bias", bias)
+        dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
         self.fc1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
-        self.dropout = nn.Dropout(_check_dropout(where, dropout))
+        self.dropout = nn.Dropout(dropout)
         self.fc2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
         self._act = _ACTIVATIONS[activation]
 
@@ -350,12 +265,7 @@ class FeedForward(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor.
-            ValueError: if the last dimension of ``x`` is not ``d_model``.
         """
-        _check_last_dim("FeedForward", x, self.d_model)
         return self.fc2(self.dropout(self._act(self.fc1(x))))
 
 
@@ -380,11 +290,11 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int | None = None, *, bias: bool = False):
         super().__init__()
-        self.d_model = _check_size("SwiGLU", "d_model", d_model)
+        self.d_model = check_int("SwiGLU", "d_model", d_model, minimum=1)
         if d_ff is None:
             d_ff = -(-int(8 * self.d_model / 3) // 8) * 8  # round up to a multiple of 8
-        self.d_ff = _check_size("SwiGLU", "d_ff", d_ff)
-        bias = _check_bool("SwiGLU", "bias", bias)
+        self.d_ff = check_int("SwiGLU", "d_ff", d_ff, minimum=1)
+        bias = check_bool("SwiGLU", "bias", bias)
         self.w_gate = nn.Linear(self.d_model, self.d_ff, bias=bias)
         self.w_up = nn.Linear(self.d_model, self.d_ff, bias=bias)
         self.w_down = nn.Linear(self.d_ff, self.d_model, bias=bias)
@@ -397,12 +307,7 @@ class SwiGLU(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor.
-            ValueError: if the last dimension of ``x`` is not ``d_model``.
         """
-        _check_last_dim("SwiGLU", x, self.d_model)
         return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
 
 
@@ -472,20 +377,19 @@ class TransformerBlock(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
+        # Checked here, so that a mistake names the class the user called; the parts check again.
         where = "TransformerBlock"
-        self.d_model = _check_size(where, "d_model", d_model)
-        self.n_head = _check_size(where, "n_head", n_head)
+        self.d_model = check_int(where, "d_model", d_model, minimum=1)
+        self.n_head = check_int(where, "n_head", n_head, minimum=1)
         if self.d_model % self.n_head != 0:
-            raise ValueError(
-                f"{where}: d_model must be divisible by n_head, got d_model={d_model} and n_head={n_head}"
-            )
+            raise ValueError(f"{where}: d_model must be divisible by n_head, got d_model={d_model} and n_head={n_head}")
         if d_ff is not None:
-            _check_size(where, "d_ff", d_ff)
-        dropout = _check_dropout(where, dropout)
-        _check_activation(where, activation)
-        self.norm_first = _check_bool(where, "norm_first", norm_first)
-        _check_bool(where, "bias", bias)
-        _check_eps(where, eps)
+            check_int(where, "d_ff", d_ff, minimum=1)
+        dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
+        check_choice(where, "activation", activation, _ACTIVATIONS)
+        self.norm_first = check_bool(where, "norm_first", norm_first)
+        check_bool(where, "bias", bias)
+        check_float(where, "eps", eps, minimum=0.0, min_open=True)
         self.ln1 = LayerNorm(d_model, eps=eps, bias=bias)
         self.attn = MultiHeadAttention(d_model, n_head, dropout=dropout, bias=bias)
         self.dropout1 = nn.Dropout(dropout)
@@ -522,16 +426,9 @@ class TransformerBlock(nn.Module):
         Returns:
             (B, T, d_model) tensor.
 
-        Raises:
-            TypeError: if ``x`` is not a tensor, or a mask has the wrong type (from the attention).
-            ValueError: if ``x`` is not (B, T, d_model), or a mask has the wrong shape.
+        Nothing is checked here: a model calls this for every block at every step (it checks its
+        own inputs once), and a tensor of the wrong shape fails inside PyTorch's kernels.
         """
-        if not isinstance(x, Tensor):
-            raise TypeError(f"TransformerBlock: x must be a torch.Tensor, got {type(x).__name__}")
-        if x.ndim != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"TransformerBlock: x must have shape (B, T, d_model={self.d_model}), got x.shape={tuple(x.shape)}"
-            )
         if self.norm_first:
             a = self.attn(self.ln1(x), attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
                           kv_cache=kv_cache)[0]

@@ -31,8 +31,10 @@ from types import MappingProxyType
 import numpy as np
 import regex
 
+from transformer_lib._checks import check_choice, check_int, check_path
 from transformer_lib.data import _as_index_array, fetch
 from transformer_lib.gpt2 import GPT2_REVISION
+from transformer_lib.utils import atomic_write
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -198,14 +200,9 @@ def train_bpe(
     where = "train_bpe"
     if not isinstance(text, str):
         raise TypeError(f"{where}: text must be a str, got {type(text).__name__}")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
-        raise TypeError(f"{where}: vocab_size must be an int, got {type(vocab_size).__name__}")
     specials = _check_special_list(special_tokens, where)
-    if vocab_size < 256 + len(specials):
-        raise ValueError(
-            f"{where}: vocab_size must be at least 256 (the bytes) + {len(specials)} (special tokens) "
-            f"= {256 + len(specials)}, got vocab_size={vocab_size}"
-        )
+    # At least 256 (the bytes) + the special tokens.
+    vocab_size = check_int(where, "vocab_size", vocab_size, minimum=256 + len(specials))
     compiled = _compile_pattern(pattern, where)
 
     chunk_counts: Counter[str] = Counter()
@@ -368,8 +365,9 @@ class ByteBPETokenizer:
             if not isinstance(vocab, Mapping):
                 raise TypeError(f"{where}: vocab must be a mapping of bytes to int, or None, got {type(vocab).__name__}")
             for t, i in vocab.items():
-                if not isinstance(t, bytes) or isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-                    raise TypeError(f"{where}: vocab must map bytes to int, got {t!r}: {i!r}")
+                if not isinstance(t, bytes):
+                    raise TypeError(f"{where}: vocab must map bytes to int, got the key {t!r}")
+                check_int(where, f"vocab[{t!r}]", i, minimum=0)
             missing = [t for t in merged_ids if t not in vocab]
             extra = [t for t in vocab if t not in merged_ids]
             if missing or extra:
@@ -384,9 +382,7 @@ class ByteBPETokenizer:
         if isinstance(special_tokens, Mapping):
             names = _check_special_list(list(special_tokens), where)
             for t in names:
-                i = special_tokens[t]
-                if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-                    raise TypeError(f"{where}: special_tokens must map strings to int ids, got {t!r}: {i!r}")
+                check_int(where, f"special_tokens[{t!r}]", special_tokens[t], minimum=0)
             self._special = {t: int(special_tokens[t]) for t in names}
         else:
             names = _check_special_list(special_tokens, where)
@@ -592,57 +588,55 @@ class ByteBPETokenizer:
             The text.
 
         Raises:
-            TypeError: see :meth:`decode_bytes`; also if ``errors`` is not a ``str``.
+            TypeError: see :meth:`decode_bytes`.
             ValueError: see :meth:`decode_bytes`; also if ``errors`` is not one of the names above.
             UnicodeDecodeError: with ``errors="strict"``, if the bytes are not valid UTF-8.
         """
-        if not isinstance(errors, str):
-            raise TypeError(f"ByteBPETokenizer.decode: errors must be a str, got {type(errors).__name__}")
-        if errors not in ("replace", "strict", "ignore", "backslashreplace"):
-            raise ValueError(
-                "ByteBPETokenizer.decode: errors must be 'replace', 'strict', 'ignore' or "
-                f"'backslashreplace', got {errors!r}"
-            )
+        check_choice("ByteBPETokenizer.decode", "errors", errors, ("replace", "strict", "ignore", "backslashreplace"))
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
-    def save(self, directory: "str | os.PathLike") -> tuple[pathlib.Path, pathlib.Path]:
-        """Write the tokenizer in GPT-2's file format: ``vocab.json`` and ``merges.txt``.
+    def save(self, path: "str | os.PathLike") -> tuple[pathlib.Path, pathlib.Path]:
+        """Write the tokenizer into the directory ``path``, in GPT-2's format: ``vocab.json`` and ``merges.txt``.
 
         ``vocab.json`` maps each token, spelled with :func:`bytes_to_unicode`, to its id; a special
         token appears as itself. ``merges.txt`` has the line ``#version: 0.2`` and then one merge per
         line, in rank order, as the two tokens' spellings separated by a space. Hugging Face's
-        ``GPT2Tokenizer`` reads the pair. The pattern is not stored (the format assumes GPT-2's).
+        ``GPT2Tokenizer`` reads the pair, and :meth:`load` reads it back. The pattern is not stored
+        (the format assumes GPT-2's). Each file is written atomically
+        (:func:`~transformer_lib.utils.atomic_write`): a reader sees the old file or the new one.
 
         Args:
-            directory: where to write; created if needed; existing files of those names are replaced.
+            path: the directory to write into; created if needed; existing files of those names are
+                replaced.
 
         Returns:
             The paths of ``vocab.json`` and ``merges.txt``.
 
         Raises:
-            TypeError: if ``directory`` is not a ``str`` or ``os.PathLike``.
+            TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
+            NotADirectoryError: if ``path`` is an existing file.
             ValueError: if a special token is spelled like a regular token in that format.
         """
-        if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(f"ByteBPETokenizer.save: directory must be a str or os.PathLike, got {type(directory).__name__}")
+        where = "ByteBPETokenizer.save"
+        directory = check_path(where, "path", path)
+        if directory.exists() and not directory.is_dir():
+            raise NotADirectoryError(f"{where}: path must be a directory, got the file {os.fspath(directory)}")
         b2u = bytes_to_unicode()
         spell = lambda t: "".join(b2u[b] for b in t)
         table = {spell(t): i for t, i in self._vocab.items()}
         clash = [s for s in self._special if s in table]
         if clash:
             raise ValueError(
-                f"ByteBPETokenizer.save: special tokens {clash} are spelled like regular tokens in "
+                f"{where}: special tokens {clash} are spelled like regular tokens in "
                 "vocab.json, so the file could not tell them apart"
             )
         table.update(self._special)
-        directory = pathlib.Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
-        vocab_path.write_text(
-            json.dumps(dict(sorted(table.items(), key=lambda kv: kv[1])), ensure_ascii=False), encoding="utf-8"
-        )
-        lines = ["#version: 0.2", *(f"{spell(a)} {spell(b)}" for a, b in self._merges)]
-        merges_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        vocab_text = json.dumps(dict(sorted(table.items(), key=lambda kv: kv[1])), ensure_ascii=False)
+        merges_text = "\n".join(["#version: 0.2", *(f"{spell(a)} {spell(b)}" for a, b in self._merges)]) + "\n"
+        atomic_write(vocab_path, lambda f: f.write(vocab_text.encode("utf-8")))
+        atomic_write(merges_path, lambda f: f.write(merges_text.encode("utf-8")))
         return vocab_path, merges_path
 
     @classmethod
@@ -669,13 +663,13 @@ class ByteBPETokenizer:
         Raises:
             TypeError: if a path is not a ``str`` or ``os.PathLike``.
             FileNotFoundError: if a file does not exist.
+            IsADirectoryError: if a path is a directory.
             ValueError: if a file is malformed (the message names the file, and the line of
                 ``merges.txt``), or the two files do not fit together (see :class:`ByteBPETokenizer`).
         """
         where = "ByteBPETokenizer.from_gpt2_files"
-        for name, p in (("vocab_json", vocab_json), ("merges_txt", merges_txt)):
-            if not isinstance(p, (str, os.PathLike)):
-                raise TypeError(f"{where}: {name} must be a str or os.PathLike, got {type(p).__name__}")
+        vocab_json = check_path(where, "vocab_json", vocab_json, kind="file")
+        merges_txt = check_path(where, "merges_txt", merges_txt, kind="file")
         u2b = {c: b for b, c in bytes_to_unicode().items()}
 
         def to_bytes(s: str) -> bytes | None:
@@ -685,7 +679,7 @@ class ByteBPETokenizer:
                 return None
 
         merges = []
-        lines = pathlib.Path(merges_txt).read_text(encoding="utf-8").split("\n")
+        lines = merges_txt.read_text(encoding="utf-8").split("\n")
         for number, line in enumerate(lines, start=1):
             if (number == 1 and line.startswith("#version")) or not line.strip():
                 continue
@@ -698,7 +692,7 @@ class ByteBPETokenizer:
                 )
             merges.append(pair)
         try:
-            table = json.loads(pathlib.Path(vocab_json).read_text(encoding="utf-8"))
+            table = json.loads(vocab_json.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"{where}: {vocab_json} is not valid JSON: {err}") from None
         if not isinstance(table, dict):
@@ -714,11 +708,11 @@ class ByteBPETokenizer:
         return cls(merges, vocab=vocab, special_tokens=special, pattern=pattern)
 
     @classmethod
-    def load(cls, directory: "str | os.PathLike", *, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN) -> "ByteBPETokenizer":
-        """Read ``vocab.json`` and ``merges.txt`` from a directory; see :meth:`from_gpt2_files`.
+    def load(cls, path: "str | os.PathLike", *, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN) -> "ByteBPETokenizer":
+        """Read ``vocab.json`` and ``merges.txt`` from the directory ``path``; see :meth:`from_gpt2_files`.
 
         Args:
-            directory: the directory that :meth:`save` wrote, or any directory holding the two files
+            path: the directory that :meth:`save` wrote, or any directory holding the two files
                 (a Hugging Face GPT-2 checkpoint, for example).
             pattern: the pre-tokenisation pattern; GPT-2's by default.
 
@@ -726,13 +720,12 @@ class ByteBPETokenizer:
             The tokenizer.
 
         Raises:
-            TypeError: if ``directory`` is not a ``str`` or ``os.PathLike``.
-            FileNotFoundError: if a file is missing.
+            TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
+            FileNotFoundError: if the directory or a file in it is missing.
+            NotADirectoryError: if ``path`` is a file.
             ValueError: see :meth:`from_gpt2_files`.
         """
-        if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(f"ByteBPETokenizer.load: directory must be a str or os.PathLike, got {type(directory).__name__}")
-        directory = pathlib.Path(directory)
+        directory = check_path("ByteBPETokenizer.load", "path", path, kind="dir")
         return cls.from_gpt2_files(directory / "vocab.json", directory / "merges.txt", pattern=pattern)
 
 
@@ -765,18 +758,14 @@ def load_gpt2_tokenizer(path: "str | os.PathLike | None" = None) -> ByteBPEToken
 
     Raises:
         TypeError: if ``path`` is not a ``str``, ``os.PathLike`` or ``None``.
-        ValueError: if ``path`` is not a directory, or a file's digest differs from the pinned one.
-        FileNotFoundError: if ``path`` or ``$TRANSFORMER_LIB_DATA`` is set but a file is not there.
+        NotADirectoryError: if ``path`` is a file.
+        ValueError: if a file's digest differs from the pinned one.
+        FileNotFoundError: if ``path`` is not an existing directory, or ``path`` or
+            ``$TRANSFORMER_LIB_DATA`` is set but a file is not there.
         ConnectionError: if a download fails (for example offline).
     """
     if path is not None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"load_gpt2_tokenizer: path must be a str, os.PathLike or None, got {type(path).__name__}")
-        if pathlib.Path(path).exists() and not pathlib.Path(path).is_dir():
-            raise ValueError(
-                f"load_gpt2_tokenizer: path must be a directory holding gpt2-vocab.json and gpt2-merges.txt, "
-                f"got the file {path}"
-            )
+        path = check_path("load_gpt2_tokenizer", "path", path, kind="dir")
     vocab_json = fetch("gpt2-vocab.json", GPT2_VOCAB_URL, GPT2_VOCAB_SHA256, path=path)
     merges_txt = fetch("gpt2-merges.txt", GPT2_MERGES_URL, GPT2_MERGES_SHA256, path=path)
     return ByteBPETokenizer.from_gpt2_files(vocab_json, merges_txt)

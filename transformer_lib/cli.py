@@ -9,18 +9,10 @@ __all__ = [
     "PROG",
     "EXIT_USAGE",
     "EXIT_INTERRUPTED",
-    "TRAIN_DEFAULTS",
+    "TRAIN_PRESET",
     "TRAIN_FLAGS",
     "CLIError",
     "build_parser",
-    "CHECKPOINT_FILE",
-    "METRICS_FILE",
-    "TOKENIZER_FILE",
-    "RUN_FILE",
-    "TOKENIZER_FORMAT",
-    "RUN_FORMAT",
-    "save_tokenizer",
-    "load_tokenizer",
     "train_command",
     "main",
     "generate_command",
@@ -41,10 +33,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from transformer_lib._checks import check_device, check_float, check_int
+from transformer_lib.config import GPT_PRESETS, GPTConfig
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.generation import generate
-from transformer_lib.model import GPT, GPT_PRESETS, GPTConfig, _atomic_write
-from transformer_lib.training import TrainConfig, load_checkpoint, train
+from transformer_lib.gpt import GPT
+from transformer_lib.training import (
+    CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, RUN_FORMAT, TOKENIZER_FILE, TrainConfig, load_checkpoint, train,
+)
+from transformer_lib.utils import atomic_write
 
 
 #: The program name in usage lines and error messages.
@@ -53,10 +50,9 @@ PROG = "transformer_lib"
 EXIT_USAGE = 2
 #: Exit status after an interruption by SIGINT: 128 + 2, the shell's convention.
 EXIT_INTERRUPTED = 130
-#: The training defaults of ``train``: Chapter 10's CPU recipe (and ``TrainConfig``'s intervals).
-TRAIN_DEFAULTS = dict(max_steps=2000, batch_size=12, lr=4e-3, min_lr=4e-5, warmup_steps=50, weight_decay=0.1,
-                      betas=(0.9, 0.99), grad_clip=1.0, eval_interval=250, eval_iters=20, seed=1337,
-                      precision="float32")
+#: The training preset (:data:`~transformer_lib.training.TRAIN_PRESETS`) that gives ``train`` its
+#: defaults: Chapter 10's CPU recipe.
+TRAIN_PRESET = "shakespeare-baby"
 #: The flags of ``train`` that set a field of :class:`~transformer_lib.training.TrainConfig`.
 TRAIN_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
                "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed",
@@ -106,19 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"a model preset: {', '.join(GPT_PRESETS)} (default: baby)")
     shape.add_argument("--config", metavar="FILE.json", help="a GPTConfig as JSON (vocab_size may be left out)")
     p.add_argument("--resume", action="store_true", help="continue the run in DIR from its checkpoint")
-    d = TRAIN_DEFAULTS
-    p.add_argument("--max-steps", type=int, metavar="N", help=f"optimizer steps (default: {d['max_steps']})")
+    d = TrainConfig.from_preset(TRAIN_PRESET)
+    p.add_argument("--max-steps", type=int, metavar="N", help=f"optimizer steps (default: {d.max_steps})")
     p.add_argument("--batch-size", type=int, metavar="N",
-                   help=f"sequences per step and process (default: {d['batch_size']})")
-    p.add_argument("--lr", type=float, help=f"peak learning rate (default: {d['lr']:g})")
+                   help=f"sequences per step and process (default: {d.batch_size})")
+    p.add_argument("--lr", type=float, help=f"peak learning rate (default: {d.lr:g})")
     p.add_argument("--warmup-steps", type=int, metavar="N",
-                   help=f"learning-rate warm-up (default: {d['warmup_steps']})")
+                   help=f"learning-rate warm-up (default: {d.warmup_steps})")
     p.add_argument("--eval-interval", type=int, metavar="N",
-                   help=f"evaluate and write a checkpoint every N steps (default: {d['eval_interval']})")
-    p.add_argument("--seed", type=int, help=f"seed of the initialisation and the batches (default: {d['seed']})")
+                   help=f"evaluate and write a checkpoint every N steps (default: {d.eval_interval})")
+    p.add_argument("--seed", type=int, help=f"seed of the initialisation and the batches (default: {d.seed})")
     p.add_argument("--precision", choices=["float32", "bfloat16"],
                    help="bfloat16: mixed precision, faster where the processor has bfloat16 instructions "
-                        f"(default: {d['precision']})")
+                        f"(default: {d.precision})")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=train_command, command_prog=p.prog)
@@ -144,68 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: The checkpoint that :func:`~transformer_lib.training.train` writes into the run directory.
-CHECKPOINT_FILE = "ckpt.pt"
-#: The evaluation log that :func:`~transformer_lib.training.train` appends to.
-METRICS_FILE = "metrics.jsonl"
-#: The tokenizer's characters, in id order (:func:`save_tokenizer`).
-TOKENIZER_FILE = "tokenizer.json"
-#: Where the run's text came from and its SHA-256, to refuse resuming on other data.
-RUN_FILE = "run.json"
-#: The format marker of ``tokenizer.json``.
-TOKENIZER_FORMAT = "transformer_lib.char_tokenizer/1"
-#: The format marker of ``run.json``.
-RUN_FORMAT = "transformer_lib.run/1"
-
-
 def _write_json(path: Path, obj: dict) -> None:
     """Write JSON atomically (temporary file, then ``os.replace``), as checkpoints are written."""
     text = json.dumps(obj, indent=1) + "\n"
-    _atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def save_tokenizer(tokenizer: CharTokenizer, path) -> None:
-    """Write a character tokenizer as JSON: ``{"format": TOKENIZER_FORMAT, "chars": [...]}``.
-
-    Args:
-        tokenizer: the tokenizer; its characters are stored in id order.
-        path: the file to write (atomically).
-
-    Raises:
-        TypeError: if ``tokenizer`` is not a :class:`~transformer_lib.data.CharTokenizer`.
-    """
-    if not isinstance(tokenizer, CharTokenizer):
-        raise TypeError(f"save_tokenizer: tokenizer must be a CharTokenizer, got {type(tokenizer).__name__}")
-    _write_json(Path(path), {"format": TOKENIZER_FORMAT, "chars": list(tokenizer.chars)})
-
-
-def load_tokenizer(path) -> CharTokenizer:
-    """Read a tokenizer written by :func:`save_tokenizer`.
-
-    Args:
-        path: the JSON file.
-
-    Returns:
-        The :class:`~transformer_lib.data.CharTokenizer`, with the same ids as the one saved.
-
-    Raises:
-        FileNotFoundError: if there is no file at ``path``.
-        ValueError: if the file is not valid JSON, or not a tokenizer file of this format.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"load_tokenizer: no tokenizer file at {os.fspath(path)}")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"load_tokenizer: {os.fspath(path)} is not valid JSON ({err})") from None
-    if not isinstance(obj, dict) or obj.get("format") != TOKENIZER_FORMAT or not isinstance(obj.get("chars"), list):
-        raise ValueError(f"load_tokenizer: {os.fspath(path)} is not a tokenizer file: expected a JSON object "
-                         f"with format {TOKENIZER_FORMAT!r} and a list 'chars'")
-    try:
-        return CharTokenizer(obj["chars"])
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"load_tokenizer: {os.fspath(path)}: {err}") from None
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -240,13 +178,18 @@ def _read_text(path: Path) -> tuple[str, str]:
     return text, hashlib.sha256(raw).hexdigest()
 
 
+def _check_flag(check, flag: str, value, **bounds):
+    """``check(PROG, flag, value, **bounds)``, one of ``transformer_lib._checks``; a failure is a CLIError."""
+    try:
+        return check(PROG, flag, value, **bounds)
+    except (TypeError, ValueError) as err:
+        raise CLIError(str(err).removeprefix(f"{PROG}: ")) from None
+
+
 def _resolve_device(requested: str | None) -> str:
     if requested is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        kind = torch.device(requested).type
-    except RuntimeError:
-        raise CLIError(f"--device: {requested!r} is not a device such as cpu, cuda or cuda:1") from None
+    kind = _check_flag(check_device, "--device", requested).type
     if kind == "cuda" and not torch.cuda.is_available():
         raise CLIError(f"--device: {requested!r} was asked for, but PyTorch sees no CUDA device")
     return requested
@@ -270,13 +213,18 @@ def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
         raise CLIError(f"{where}: {err}") from None
 
 
+def _given(args: argparse.Namespace) -> dict:
+    """The TrainConfig fields set by a flag on the command line: field name -> value."""
+    return {f: getattr(args, f) for f in TRAIN_FLAGS if getattr(args, f) is not None}
+
+
 def _train_config(args: argparse.Namespace, device: str) -> TrainConfig:
-    """The TrainConfig of a fresh run: TRAIN_DEFAULTS with the flags given on the command line."""
-    given = {f: getattr(args, f) for f in TRAIN_FLAGS if getattr(args, f) is not None}
-    fields = {**TRAIN_DEFAULTS, **given, "device": device}
-    fields["checkpoint_interval"] = fields["eval_interval"]  # a checkpoint at every evaluation
+    """The TrainConfig of a fresh run: the preset TRAIN_PRESET with the flags given on the command line."""
+    overrides = _given(args)
+    if "eval_interval" in overrides:
+        overrides["checkpoint_interval"] = overrides["eval_interval"]  # a checkpoint at every evaluation
     try:
-        return TrainConfig(**fields)
+        return TrainConfig.from_preset(TRAIN_PRESET, **overrides, device=device)
     except (TypeError, ValueError) as err:
         raise CLIError(f"invalid training configuration: {err}") from None
 
@@ -316,8 +264,8 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
         raise CLIError(f"--resume: --data {args.data} is not the text the run in {out} was trained on "
                        f"({run.get('data')}, sha256 {str(run.get('data_sha256'))[:12]}...)")
     try:
-        stored_tokenizer = load_tokenizer(out / TOKENIZER_FILE)
-    except (FileNotFoundError, ValueError) as err:
+        stored_tokenizer = CharTokenizer.load(out / TOKENIZER_FILE)
+    except (OSError, TypeError, ValueError) as err:
         raise CLIError(f"--resume: {err}") from None
     if stored_tokenizer.chars != tokenizer.chars or model_config.vocab_size != tokenizer.vocab_size:
         raise CLIError(f"--resume: {out / TOKENIZER_FILE} and the checkpoint do not match the characters of --data")
@@ -325,8 +273,7 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
         changed = _differences(model_config.to_dict(), _model_config(args, tokenizer.vocab_size).to_dict())
         if changed:
             raise CLIError(f"--resume: the model differs from the run's: {', '.join(changed)}")
-    given = {f: getattr(args, f) for f in TRAIN_FLAGS if getattr(args, f) is not None}
-    changed = _differences(train_config.to_dict(), given, TRAIN_FLAGS)
+    changed = _differences(train_config.to_dict(), _given(args), TRAIN_FLAGS)
     if changed:
         raise CLIError(f"--resume: a resumed run keeps its training configuration; got {', '.join(changed)}")
     return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"]
@@ -418,7 +365,7 @@ def train_command(args: argparse.Namespace) -> int:
             return 0
         if rank == 0 and not args.resume:
             out.mkdir(parents=True, exist_ok=True)
-            save_tokenizer(tokenizer, out / TOKENIZER_FILE)
+            tokenizer.save(out / TOKENIZER_FILE)
             _write_json(out / RUN_FILE, {"format": RUN_FORMAT, "data": os.fspath(data_path.resolve()),
                                          "data_sha256": data_sha256, "characters": len(text)})
         torch.manual_seed(train_config.seed)  # the initialisation of a fresh run; a resumed run loads its own
@@ -480,8 +427,8 @@ def _load_run(directory: Path, device: str) -> tuple[GPT, CharTokenizer]:
     try:
         checkpoint = load_checkpoint(directory / CHECKPOINT_FILE)
         config = GPTConfig.from_dict(checkpoint["model_config"])
-        tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
-    except (FileNotFoundError, KeyError, TypeError, ValueError) as err:
+        tokenizer = CharTokenizer.load(directory / TOKENIZER_FILE)
+    except (OSError, KeyError, TypeError, ValueError) as err:
         raise CLIError(f"--checkpoint: {err}") from None
     if tokenizer.vocab_size != config.vocab_size:
         raise CLIError(f"--checkpoint: {directory / TOKENIZER_FILE} has {tokenizer.vocab_size} characters, "
@@ -507,14 +454,12 @@ def generate_command(args: argparse.Namespace) -> int:
         CLIError: for a missing, corrupt or incomplete run directory, a prompt that is empty or
             holds characters outside the model's vocabulary, or a sampling flag out of range.
     """
-    if args.max_new_tokens < 0:
-        raise CLIError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if not args.temperature >= 0:  # also refuses nan
-        raise CLIError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
-    if args.top_k is not None and args.top_k < 1:
-        raise CLIError(f"--top-k must be >= 1, got {args.top_k}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise CLIError(f"--top-p must be in (0, 1], got {args.top_p}")
+    _check_flag(check_int, "--max-new-tokens", args.max_new_tokens, minimum=0)
+    _check_flag(check_float, "--temperature", args.temperature, minimum=0.0)  # 0 is greedy
+    if args.top_k is not None:
+        _check_flag(check_int, "--top-k", args.top_k, minimum=1)
+    if args.top_p is not None:
+        _check_flag(check_float, "--top-p", args.top_p, minimum=0.0, maximum=1.0, min_open=True)
     if not args.prompt:
         raise CLIError("--prompt must hold at least one character")
     device = _resolve_device(args.device)

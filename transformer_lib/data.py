@@ -21,6 +21,7 @@ __all__ = [
 
 import hashlib
 import http.client
+import json
 import math
 import os
 import pathlib
@@ -28,10 +29,14 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
+from numbers import Integral
 from types import MappingProxyType
 
 import numpy as np
 import torch
+
+from transformer_lib._checks import check_device, check_float, check_int, check_path, check_tensor, describe
+from transformer_lib.utils import atomic_write
 
 #: Environment variable that points the loaders at local files instead of the network, naming a
 #: directory that holds the requested file, or the file itself.
@@ -77,9 +82,9 @@ def sha256sum(path: str | os.PathLike) -> str:
     Raises:
         TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
         FileNotFoundError: if there is no file at ``path``.
+        IsADirectoryError: if ``path`` is a directory.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"sha256sum: path must be a str or os.PathLike, got {type(path).__name__}")
+    path = check_path("sha256sum", "path", path, kind="file")
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK_BYTES):
@@ -186,9 +191,7 @@ def fetch(
         raise ValueError(f"fetch: sha256 must be 64 hexadecimal characters, got {sha256!r}")
 
     if path is not None:
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"fetch: path must be a str, os.PathLike or None, got {type(path).__name__}")
-        local = _local_file(path, filename, "path")
+        local = _local_file(check_path("fetch", "path", path), filename, "path")
     elif os.environ.get(DATA_ENV):
         local = _local_file(os.environ[DATA_ENV], filename, f"the environment variable {DATA_ENV}")
     else:
@@ -232,33 +235,30 @@ def _describe(value: str) -> str:
 
 
 def _as_index_array(ids, where: str) -> np.ndarray:
-    """Validate a 1-D sequence of integer ids (list, tuple, ndarray or tensor) as a NumPy array."""
-    if isinstance(ids, torch.Tensor):
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise TypeError(f"{where}: ids must hold integers, got a tensor of dtype {ids.dtype}")
-        if ids.dim() != 1:
-            raise ValueError(f"{where}: ids must be 1-D, got a tensor of shape {tuple(ids.shape)}")
-        return ids.detach().cpu().numpy()
-    if isinstance(ids, np.ndarray):
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise TypeError(f"{where}: ids must hold integers, got an array of dtype {ids.dtype}")
-        if ids.ndim != 1:
-            raise ValueError(f"{where}: ids must be 1-D, got an array of shape {ids.shape}")
-        return ids
+    """``ids`` (a list or tuple of ints, a 1-D integer NumPy array or tensor) as a 1-D NumPy integer array."""
     if isinstance(ids, (list, tuple)):
-        for i, v in enumerate(ids):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(
-                    f"{where}: ids must hold integers, got {type(v).__name__} {v!r} at position {i}"
-                )
+        bad = [(i, v) for i, v in enumerate(ids) if isinstance(v, bool) or not isinstance(v, Integral)]
+        if bad:
+            i, v = bad[0]
+            raise TypeError(f"{where}: ids must hold integers, got ids[{i}]={describe(v)} ({type(v).__name__})")
         try:
-            return np.array(ids, dtype=np.int64)
+            ids = np.array(ids, dtype=np.int64)
         except OverflowError:
-            raise ValueError(f"{where}: ids holds an integer too large for int64") from None
-    raise TypeError(
-        f"{where}: ids must be a list, tuple, 1-D numpy array or 1-D tensor of integers, "
-        f"got {type(ids).__name__}"
-    )
+            raise ValueError(f"{where}: ids must fit in int64, got an integer beyond that range") from None
+    elif isinstance(ids, torch.Tensor):
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise TypeError(f"{where}: ids must hold integers, got ids.dtype={ids.dtype}")
+        ids = ids.detach().cpu().numpy()
+    elif not isinstance(ids, np.ndarray):
+        raise TypeError(
+            f"{where}: ids must be a list, tuple, 1-D NumPy array or 1-D tensor of integers, "
+            f"got {type(ids).__name__}"
+        )
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{where}: ids must hold integers, got ids.dtype={ids.dtype}")
+    if ids.ndim != 1:
+        raise ValueError(f"{where}: ids must be 1-D, got ids.shape={ids.shape}")
+    return ids
 
 
 class CharTokenizer:
@@ -266,7 +266,7 @@ class CharTokenizer:
 
     The id of a character is its position in the vocabulary, ``chars[i]`` has id ``i``.
     :meth:`from_text` builds the vocabulary from a corpus, sorted by code point, so that the ids do
-    not depend on the order of the text.
+    not depend on the order of the text. :meth:`save` and :meth:`load` write and read it as JSON.
 
     Args:
         chars: the vocabulary in id order, each item a single character, none repeated.
@@ -283,6 +283,9 @@ class CharTokenizer:
         >>> tok.decode([1, 0, 2, 2, 3])
         'hello'
     """
+
+    #: The format marker of the JSON file written by :meth:`save`.
+    FORMAT = "transformer_lib.char_tokenizer/1"
 
     def __init__(self, chars: Iterable[str]):
         chars = tuple(chars)
@@ -422,6 +425,64 @@ class CharTokenizer:
             )
         return "".join(map(self._chars.__getitem__, arr.tolist()))
 
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the vocabulary as JSON, ``{"format": FORMAT, "chars": [...]}``, characters in id order.
+
+        The file is written atomically (:func:`~transformer_lib.utils.atomic_write`): a reader sees
+        the old file or the new one, never half of one.
+
+        Args:
+            path: the file to write; an existing file is replaced.
+
+        Raises:
+            TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
+            IsADirectoryError: if ``path`` is a directory.
+            FileNotFoundError: if the directory of ``path`` does not exist.
+        """
+        where = f"{type(self).__name__}.save"
+        path = check_path(where, "path", path)
+        if path.is_dir():
+            raise IsADirectoryError(f"{where}: path must be a file, got the directory {os.fspath(path)}")
+        check_path(where, "the directory of path", path.parent, kind="dir")
+        text = json.dumps({"format": self.FORMAT, "chars": list(self._chars)}, indent=1) + "\n"
+        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CharTokenizer":
+        """Read a tokenizer written by :meth:`save`; it gives every character the same id.
+
+        Args:
+            path: the JSON file.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
+            FileNotFoundError: if there is no file at ``path``.
+            IsADirectoryError: if ``path`` is a directory.
+            ValueError: if the file is not UTF-8 JSON, not a character tokenizer file of this
+                format, or holds an invalid vocabulary; the message names the file.
+        """
+        where = f"{cls.__name__}.load"
+        path = check_path(where, "path", path, kind="file")
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{where}: {os.fspath(path)} is not UTF-8 text ({err})") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: {os.fspath(path)} is not valid JSON ({err})") from None
+        expected = f'a JSON object with "format": {cls.FORMAT!r} and a list "chars"'
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: {os.fspath(path)} must hold {expected}, got a JSON {type(obj).__name__}")
+        if obj.get("format") != cls.FORMAT or not isinstance(obj.get("chars"), list):
+            got = f"format={describe(obj.get('format'))} and chars of type {type(obj.get('chars')).__name__}"
+            raise ValueError(f"{where}: {os.fspath(path)} must hold {expected}, got {got}")
+        try:
+            return cls(obj["chars"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {os.fspath(path)} holds an invalid vocabulary: {err}") from None
+
 
 def train_val_split(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a token sequence into a leading training part and a trailing validation part.
@@ -440,16 +501,9 @@ def train_val_split(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torc
         TypeError: if ``data`` is not a tensor or ``val_fraction`` is not a real number.
         ValueError: if ``data`` is not 1-D, ``val_fraction`` is not in (0, 1), or a part would be empty.
     """
-    if not isinstance(data, torch.Tensor):
-        raise TypeError(f"train_val_split: data must be a torch.Tensor, got {type(data).__name__}")
-    if data.dim() != 1:
-        raise ValueError(f"train_val_split: data must be 1-D, got shape {tuple(data.shape)}")
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)):
-        raise TypeError(
-            f"train_val_split: val_fraction must be a float, got {type(val_fraction).__name__}"
-        )
-    if not 0 < val_fraction < 1:
-        raise ValueError(f"train_val_split: val_fraction must be in (0, 1), got {val_fraction}")
+    check_tensor("train_val_split", "data", data, ndim=1)
+    val_fraction = check_float("train_val_split", "val_fraction", val_fraction,
+                               minimum=0.0, maximum=1.0, min_open=True, max_open=True)
     n = len(data)
     # Rounding before the floor absorbs float error: (1 - 0.9) * 10 is 0.99999..., which means 1.
     n_train = math.floor(round(n * (1.0 - val_fraction), 6))
@@ -459,13 +513,6 @@ def train_val_split(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torc
             f"{'training' if n_train == 0 else 'validation'} part empty for len(data)={n}"
         )
     return data[:n_train], data[n_train:]
-
-
-def _check_positive_int(where: str, name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{where}: {name} must be >= 1, got {name}={value}")
 
 
 def get_batch(
@@ -494,26 +541,27 @@ def get_batch(
         ``(x, y)``, two contiguous ``(B, T)`` int64 tensors.
 
     Raises:
-        TypeError: if ``data`` is not an integer tensor, or ``block_size`` or ``batch_size`` is not an int.
+        TypeError: if ``data`` is not an integer tensor, ``block_size`` or ``batch_size`` is not an
+            int, or ``generator`` is not a ``torch.Generator``.
         ValueError: if ``data`` is not 1-D, ``block_size`` or ``batch_size`` is below 1, or
             ``block_size >= len(data)``.
     """
-    if not isinstance(data, torch.Tensor):
-        raise TypeError(f"get_batch: data must be a torch.Tensor, got {type(data).__name__}")
-    if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
-        raise TypeError(f"get_batch: data must hold integer token ids, got dtype {data.dtype}")
-    if data.dim() != 1:
-        raise ValueError(f"get_batch: data must be 1-D, got shape {tuple(data.shape)}")
-    _check_positive_int("get_batch", "block_size", block_size)
-    _check_positive_int("get_batch", "batch_size", batch_size)
+    where = "get_batch"
+    check_tensor(where, "data", data, ndim=1)
+    if data.dtype.is_floating_point or data.dtype.is_complex or data.dtype == torch.bool:
+        raise TypeError(f"{where}: data must hold integer token ids, got data.dtype={data.dtype}")
+    block_size = check_int(where, "block_size", block_size, minimum=1)
+    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
     if block_size >= len(data):
         raise ValueError(
-            f"get_batch: block_size must be smaller than len(data), because each example needs "
+            f"{where}: block_size must be smaller than len(data), because each example needs "
             f"block_size + 1 consecutive tokens; got block_size={block_size} and len(data)={len(data)}. "
             f"Use block_size <= {len(data) - 1} or more data."
         )
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"get_batch: generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise TypeError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if device is not None:
+        device = check_device(where, "device", device)
 
     rng_device = generator.device if generator is not None else torch.device("cpu")
     ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator, device=rng_device)
@@ -521,7 +569,6 @@ def get_batch(
     chunk = data[idx].long()
     x, y = chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()
     if device is not None:
-        device = torch.device(device)
         if device.type == "cuda" and x.device.type == "cpu":
             x, y = x.pin_memory(), y.pin_memory()
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)

@@ -13,42 +13,15 @@ __all__ = [
     "apply_rope",
 ]
 
-import math
-import numbers
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from transformer_lib._checks import check_choice, check_float, check_int, check_tensor
 
-def _check_int(fn: str, name: str, value, minimum: int) -> int:
-    """Validate an int argument (Python or NumPy integer, not bool) that must be ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {name}={value}")
-    return int(value)
-
-
-def _check_even(fn: str, name: str, value, why: str) -> int:
-    value = _check_int(fn, name, value, 2)
-    if value % 2:
-        raise ValueError(f"{fn}: {name} must be even ({why}), got {name}={value}")
-    return value
-
-
-def _check_base(fn: str, base) -> float:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"{fn}: base must be a number, got {type(base).__name__}")
-    if not (math.isfinite(base) and base > 0):
-        raise ValueError(f"{fn}: base must be a positive finite number, got base={base}")
-    return float(base)
-
-
-def _check_float_dtype(fn: str, dtype) -> None:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"{fn}: dtype must be a floating torch.dtype, got dtype={dtype}")
+#: The dtypes a table of encodings or angles may have.
+_FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _angles(offset: int, num_positions: int, dim: int, base: float) -> Tensor:
@@ -87,14 +60,19 @@ def sinusoidal_positions(
         (T, d_model) tensor of ``dtype``, entries in [-1, 1].
 
     Raises:
-        TypeError: if a size is not an int, ``base`` is not a number or ``dtype`` is not floating.
-        ValueError: if ``num_positions < 1``, ``d_model`` is not an even number >= 2, or ``base <= 0``.
+        TypeError: if a size is not an int or ``base`` is not a number.
+        ValueError: if ``num_positions < 1``, ``d_model`` is not an even number >= 2, ``base <= 0``
+            or ``dtype`` is not a floating dtype.
     """
-    fn = "sinusoidal_positions"
-    num_positions = _check_int(fn, "num_positions", num_positions, 1)
-    d_model = _check_even(fn, "d_model", d_model, "the dimensions come in (sin, cos) pairs")
-    base = _check_base(fn, base)
-    _check_float_dtype(fn, dtype)
+    where = "sinusoidal_positions"
+    num_positions = check_int(where, "num_positions", num_positions, minimum=1)
+    d_model = check_int(where, "d_model", d_model, minimum=2)
+    if d_model % 2:
+        raise ValueError(
+            f"{where}: d_model must be even (the dimensions come in (sin, cos) pairs), got d_model={d_model}"
+        )
+    base = check_float(where, "base", base, minimum=0.0, min_open=True)
+    check_choice(where, "dtype", dtype, _FLOATING)
     angles = _angles(0, num_positions, d_model, base)  # (T, d_model / 2)
     pe = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # sin, cos, sin, cos, ...
     return pe.to(device=device, dtype=dtype)
@@ -117,8 +95,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         dtype: a floating dtype for the table; PyTorch's default dtype if None.
 
     Raises:
-        TypeError: if a size is not an int, ``base`` is not a number or ``dtype`` is not floating.
-        ValueError: if ``max_len < 1``, ``d_model`` is not an even number >= 2, or ``base <= 0``.
+        TypeError: if a size is not an int or ``base`` is not a number.
+        ValueError: if ``max_len < 1``, ``d_model`` is not an even number >= 2, ``base <= 0`` or
+            ``dtype`` is not a floating dtype.
     """
 
     def __init__(
@@ -131,17 +110,22 @@ class SinusoidalPositionalEncoding(nn.Module):
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
-        fn = "SinusoidalPositionalEncoding"
-        self.max_len = _check_int(fn, "max_len", max_len, 1)
-        self.d_model = _check_even(fn, "d_model", d_model, "the dimensions come in (sin, cos) pairs")
-        self.base = _check_base(fn, base)
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        _check_float_dtype(fn, dtype)
+        where = "SinusoidalPositionalEncoding"
+        self.max_len = check_int(where, "max_len", max_len, minimum=1)
+        self.d_model = check_int(where, "d_model", d_model, minimum=2)
+        if self.d_model % 2:
+            raise ValueError(
+                f"{where}: d_model must be even (the dimensions come in (sin, cos) pairs), got d_model={d_model}"
+            )
+        self.base = check_float(where, "base", base, minimum=0.0, min_open=True)
+        dtype = torch.get_default_dtype() if dtype is None else check_choice(where, "dtype", dtype, _FLOATING)
         pe = sinusoidal_positions(self.max_len, self.d_model, base=self.base, device=device, dtype=dtype)
         self.register_buffer("pe", pe, persistent=False)  # (max_len, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         """``x + PE[:T]``, the encoding of position ``t`` added to every ``x[..., t, :]``.
+
+        Called at every step, so it checks nothing: the model checks the sequence length at its entry.
 
         Args:
             x: (B, T, d_model) floating tensor with ``T <= max_len``; any number of leading
@@ -149,26 +133,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
         Returns:
             Tensor with the shape and dtype of ``x``.
-
-        Raises:
-            TypeError: if ``x`` is not a floating tensor.
-            ValueError: if the last dimension of ``x`` is not ``d_model`` or ``T > max_len``.
         """
-        fn = "SinusoidalPositionalEncoding"
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            got = f"dtype {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
-            raise TypeError(f"{fn}: x must be a floating tensor (B, T, d_model), got {got}")
-        if x.dim() < 2 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"{fn}: x must have shape (B, T, d_model) with d_model={self.d_model}, got x.shape={tuple(x.shape)}"
-            )
-        T = x.size(-2)
-        if T > self.max_len:
-            raise ValueError(
-                f"{fn}: x has sequence length T={T}, which exceeds max_len={self.max_len} "
-                f"(x.shape={tuple(x.shape)}); build the module with max_len >= {T}"
-            )
-        return x + self.pe[:T].to(x.dtype)
+        return x + self.pe[: x.size(-2)].to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}, base={self.base:g}"
@@ -200,9 +166,8 @@ class LearnedPositionalEmbedding(nn.Embedding):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ):
-        fn = "LearnedPositionalEmbedding"
-        max_len = _check_int(fn, "max_len", max_len, 1)
-        d_model = _check_int(fn, "d_model", d_model, 1)
+        max_len = check_int("LearnedPositionalEmbedding", "max_len", max_len, minimum=1)
+        d_model = check_int("LearnedPositionalEmbedding", "d_model", d_model, minimum=1)
         super().__init__(max_len, d_model, device=device, dtype=dtype)
 
     @property
@@ -218,29 +183,18 @@ class LearnedPositionalEmbedding(nn.Embedding):
     def forward(self, seq_len: int, *, offset: int = 0) -> Tensor:
         """The vectors of positions ``offset .. offset + seq_len - 1``.
 
+        Called at every step, so it checks nothing: the model checks the sequence length at its
+        entry. Positions at or beyond ``max_len`` have no vector (PyTorch's lookup raises IndexError).
+
         Args:
             seq_len: ``T``, the number of positions (>= 1).
             offset: the first position (>= 0): 0 for a whole sequence, the number of tokens
-                already in the cache when generating one token at a time.
+                already in the cache when generating one token at a time; ``offset + T <= max_len``.
 
         Returns:
             (T, d_model) tensor with the dtype and device of ``weight``. Added to (B, T, d_model)
             token embeddings, it broadcasts over the batch.
-
-        Raises:
-            TypeError: if ``seq_len`` or ``offset`` is not an int.
-            ValueError: if ``seq_len < 1``, ``offset < 0`` or ``offset + seq_len > max_len``.
         """
-        fn = "LearnedPositionalEmbedding"
-        seq_len = _check_int(fn, "seq_len", seq_len, 1)
-        offset = _check_int(fn, "offset", offset, 0)
-        if offset + seq_len > self.num_embeddings:
-            raise ValueError(
-                f"{fn}: positions {offset}..{offset + seq_len - 1} (offset={offset}, seq_len={seq_len}) "
-                f"exceed max_len={self.num_embeddings}: a learned table has no vector for position "
-                f"{self.num_embeddings} or later; use at most {self.num_embeddings - offset} positions "
-                "or build the model with a larger max_len"
-            )
         pos = torch.arange(offset, offset + seq_len, device=self.weight.device)  # (T,)
         return F.embedding(pos, self.weight)
 
@@ -259,13 +213,7 @@ class LearnedPositionalEmbedding(nn.Embedding):
             TypeError: if ``embeddings`` is not a floating tensor.
             ValueError: if ``embeddings`` is not 2-D.
         """
-        fn = "LearnedPositionalEmbedding.from_pretrained"
-        if not isinstance(embeddings, Tensor) or not embeddings.is_floating_point():
-            raise TypeError(f"{fn}: embeddings must be a floating tensor, got {type(embeddings).__name__}")
-        if embeddings.dim() != 2:
-            raise ValueError(
-                f"{fn}: embeddings must be 2-D (max_len, d_model), got embeddings.shape={tuple(embeddings.shape)}"
-            )
+        check_tensor(f"{cls.__name__}.from_pretrained", "embeddings", embeddings, ndim=2, floating=True)
         module = cls(*embeddings.shape, device=embeddings.device, dtype=embeddings.dtype)
         with torch.no_grad():
             module.weight.copy_(embeddings)
@@ -300,16 +248,20 @@ def rope_angles(
         position ``offset + p``.
 
     Raises:
-        TypeError: if a size is not an int, ``base`` is not a number or ``dtype`` is not floating.
-        ValueError: if ``seq_len < 1``, ``head_dim`` is not an even number >= 2, ``offset < 0``
-            or ``base <= 0``.
+        TypeError: if a size is not an int or ``base`` is not a number.
+        ValueError: if ``seq_len < 1``, ``head_dim`` is not an even number >= 2, ``offset < 0``,
+            ``base <= 0`` or ``dtype`` is not a floating dtype.
     """
-    fn = "rope_angles"
-    seq_len = _check_int(fn, "seq_len", seq_len, 1)
-    head_dim = _check_even(fn, "head_dim", head_dim, "RoPE rotates pairs of dimensions")
-    base = _check_base(fn, base)
-    offset = _check_int(fn, "offset", offset, 0)
-    _check_float_dtype(fn, dtype)
+    where = "rope_angles"
+    seq_len = check_int(where, "seq_len", seq_len, minimum=1)
+    head_dim = check_int(where, "head_dim", head_dim, minimum=2)
+    if head_dim % 2:
+        raise ValueError(
+            f"{where}: head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}"
+        )
+    base = check_float(where, "base", base, minimum=0.0, min_open=True)
+    offset = check_int(where, "offset", offset, minimum=0)
+    check_choice(where, "dtype", dtype, _FLOATING)
     angles = _angles(offset, seq_len, head_dim, base)  # (T, head_dim / 2)
     return angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype)
 
@@ -321,7 +273,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     ``out[..., p, 2i + 1] = x[..., p, 2i] * sin[p, i] + x[..., p, 2i + 1] * cos[p, i]``: the complex
     product ``(x[2i] + 1j * x[2i + 1]) * exp(1j * angle[p, i])`` (Su et al., interleaved pairs).
     Apply it to queries and keys, not to values; the score of a rotated query at position ``m`` and
-    a rotated key at position ``n`` then depends on the positions only through ``m - n``.
+    a rotated key at position ``n`` then depends on the positions only through ``m - n``. Called
+    at every step by a model's attention, it checks nothing; :func:`rope_angles` checks the sizes.
 
     Args:
         x: (..., T, head_dim) floating tensor, e.g. (B, n_head, T, head_dim) queries or keys;
@@ -331,28 +284,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
     Returns:
         Tensor with the shape and dtype of ``x``.
-
-    Raises:
-        TypeError: if ``x``, ``cos`` or ``sin`` is not a floating tensor.
-        ValueError: if ``x`` has fewer than 2 dimensions, an odd last dimension, or ``cos`` or
-            ``sin`` is not of shape (T, head_dim // 2) for ``x``.
     """
-    fn = "apply_rope"
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, Tensor) or not t.is_floating_point():
-            got = f"dtype {t.dtype}" if isinstance(t, Tensor) else type(t).__name__
-            raise TypeError(f"{fn}: {name} must be a floating tensor, got {got}")
-    if x.dim() < 2 or x.size(-1) % 2:
-        raise ValueError(
-            f"{fn}: x must have shape (..., T, head_dim) with head_dim even, got x.shape={tuple(x.shape)}"
-        )
-    T, half = x.size(-2), x.size(-1) // 2
-    for name, t in (("cos", cos), ("sin", sin)):
-        if tuple(t.shape) != (T, half):
-            raise ValueError(
-                f"{fn}: {name} must have shape (T, head_dim // 2) = ({T}, {half}) for x.shape={tuple(x.shape)}, "
-                f"got {name}.shape={tuple(t.shape)}"
-            )
+    half = x.size(-1) // 2
     x1, x2 = x.unflatten(-1, (half, 2)).unbind(-1)  # (..., T, head_dim / 2) each: even, odd coordinates
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)

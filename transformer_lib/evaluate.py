@@ -9,18 +9,13 @@ __all__ = [
     "evaluate_split",
 ]
 
-from numbers import Integral
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-
-def _check_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"evaluate_split: {name} must be an int >= {minimum}, got {name}={value!r}")
-    return int(value)
+from transformer_lib._checks import check_device, check_int, check_tensor
+from transformer_lib.utils import eval_mode
 
 
 def evaluate_split(model: nn.Module, data: Tensor, *, block_size: int, batch_size: int = 64,
@@ -36,7 +31,7 @@ def evaluate_split(model: nn.Module, data: Tensor, *, block_size: int, batch_siz
 
     Args:
         model: a module called as ``model(x)`` with ``x`` a (B, T) int64 tensor, returning
-            ``(logits, ...)`` with logits (B, T, V), e.g. a :class:`~transformer_lib.model.GPT`.
+            ``(logits, ...)`` with logits (B, T, V), e.g. a :class:`~transformer_lib.gpt.GPT`.
         data: (N,) integer tensor of token ids, ``N >= 2``.
         block_size: positions per window, at most the model's context (``model.config.block_size``
             when the model has one).
@@ -49,24 +44,28 @@ def evaluate_split(model: nn.Module, data: Tensor, *, block_size: int, batch_siz
         The mean loss in nats per predicted token, a float.
 
     Raises:
-        TypeError: if ``model`` is not an ``nn.Module`` or ``data`` not an integer tensor.
+        TypeError: if ``model`` is not an ``nn.Module``, ``data`` not an integer tensor, or
+            ``block_size`` or ``batch_size`` not an int.
         ValueError: if ``data`` is not 1-D or holds fewer than 2 tokens, or ``block_size`` or
-            ``batch_size`` is not a positive int, or ``block_size`` exceeds the model's context.
+            ``batch_size`` is below 1, or ``block_size`` exceeds the model's context.
     """
     where = "evaluate_split"
     if not isinstance(model, nn.Module):
         raise TypeError(f"{where}: model must be an nn.Module, got {type(model).__name__}")
-    if not isinstance(data, Tensor) or data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
-        got = f"dtype {data.dtype}" if isinstance(data, Tensor) else type(data).__name__
-        raise TypeError(f"{where}: data must be an integer tensor of token ids, got {got}")
-    if data.ndim != 1 or data.numel() < 2:
-        raise ValueError(f"{where}: data must be a 1-D tensor of at least 2 token ids, got data.shape={tuple(data.shape)}")
-    block_size, batch_size = _check_int("block_size", block_size), _check_int("batch_size", batch_size)
+    check_tensor(where, "data", data, ndim=1)
+    if data.is_floating_point() or data.is_complex() or data.dtype == torch.bool:
+        raise TypeError(f"{where}: data must be an integer tensor of token ids, got data.dtype={data.dtype}")
+    if data.numel() < 2:
+        raise ValueError(f"{where}: data must hold at least 2 token ids, got data.shape={tuple(data.shape)}")
+    block_size = check_int(where, "block_size", block_size, minimum=1)
+    batch_size = check_int(where, "batch_size", batch_size, minimum=1)
     context = getattr(getattr(model, "config", None), "block_size", None)
     if context is not None and block_size > context:
         raise ValueError(f"{where}: block_size must be <= the model's context {context}, got block_size={block_size}")
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    else:
+        device = check_device(where, "device", device)
 
     n = data.numel() - 1  # predicted positions
     n_full = n // block_size
@@ -75,17 +74,12 @@ def evaluate_split(model: nn.Module, data: Tensor, *, block_size: int, batch_siz
                 ids[1:n_full * block_size + 1].view(n_full, block_size))]
     if n % block_size:
         windows.append((ids[n_full * block_size:n][None], ids[n_full * block_size + 1:][None]))
-    was_training = model.training
-    model.eval()
     total = torch.zeros((), dtype=torch.float64, device=device)
-    try:
-        with torch.no_grad():
-            for x_all, y_all in windows:
-                for b in range(0, x_all.size(0), batch_size):
-                    x, y = x_all[b:b + batch_size], y_all[b:b + batch_size]
-                    logits = model(x)[0]
-                    nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), reduction="sum")
-                    total += nll.double()
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.no_grad():
+        for x_all, y_all in windows:
+            for b in range(0, x_all.size(0), batch_size):
+                x, y = x_all[b:b + batch_size], y_all[b:b + batch_size]
+                logits = model(x)[0]
+                nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), reduction="sum")
+                total += nll.double()
     return total.item() / n

@@ -13,46 +13,13 @@ __all__ = [
     "generate",
 ]
 
-import math
 from collections.abc import Callable, Iterator
-from numbers import Integral, Real
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from transformer_lib.model import GPT
-
-
-def _check_logits(fn: str, logits) -> None:
-    if not isinstance(logits, Tensor):
-        raise TypeError(f"{fn}: logits must be a torch.Tensor, got {type(logits).__name__}")
-    if not logits.is_floating_point():
-        dtype = str(logits.dtype).removeprefix("torch.")
-        raise TypeError(f"{fn}: logits must have a floating dtype, got logits.dtype={dtype}")
-    if logits.ndim == 0 or logits.size(-1) == 0:
-        raise ValueError(f"{fn}: logits must have shape (..., V) with V >= 1, got logits.shape={tuple(logits.shape)}")
-
-
-def _check_k(fn: str, name: str, k) -> int:
-    if isinstance(k, bool) or not isinstance(k, Integral):
-        raise TypeError(f"{fn}: {name} must be an int >= 1, got {name}={k!r} ({type(k).__name__})")
-    if k < 1:
-        raise ValueError(f"{fn}: {name} must be >= 1, got {name}={k}")
-    return int(k)
-
-
-def _check_p(fn: str, name: str, p) -> float:
-    if isinstance(p, bool) or not isinstance(p, Real):
-        raise TypeError(f"{fn}: {name} must be a number in (0, 1], got {name}={p!r} ({type(p).__name__})")
-    if not 0.0 < p <= 1.0:  # also rejects NaN
-        raise ValueError(f"{fn}: {name} must be in (0, 1], got {name}={p}")
-    return float(p)
-
-
-def _top_k(logits: Tensor, k: int) -> Tensor:
-    k = min(k, logits.size(-1))
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
-    return logits.masked_fill(logits < kth, float("-inf"))
+from transformer_lib._checks import check_bool, check_device, check_float, check_int, check_tensor, describe
+from transformer_lib.utils import eval_mode
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -63,29 +30,19 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
     distribution over the kept tokens.
 
     Args:
-        logits: (..., V) floating tensor of unnormalised log-probabilities.
+        logits: (..., V) floating tensor of unnormalised log-probabilities, V >= 1 (not checked).
         k: how many tokens to keep (>= 1); a ``k`` above V keeps all of them.
 
     Returns:
         (..., V) tensor with the dtype of ``logits``: the kept logits unchanged, the others ``-inf``.
 
     Raises:
-        TypeError: if ``logits`` is not a floating tensor or ``k`` is not an int.
-        ValueError: if ``logits`` has no last dimension or ``k < 1``.
+        TypeError: if ``k`` is not an int.
+        ValueError: if ``k < 1``.
     """
-    _check_logits("top_k_filter", logits)
-    return _top_k(logits, _check_k("top_k_filter", "k", k))
-
-
-def _top_p(logits: Tensor, p: float) -> Tensor:
-    if p >= 1.0:
-        return logits.clone()
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits.float(), dim=-1)
-    above = probs.cumsum(dim=-1) - probs  # the probability of the tokens ranked above each token
-    drop_sorted = above >= p  # never true for the most likely token, since p > 0
-    drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # back to vocabulary order
-    return logits.masked_fill(drop, float("-inf"))
+    k = min(check_int("top_k_filter", "k", k, minimum=1), logits.size(-1))
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
+    return logits.masked_fill(logits < kth, float("-inf"))
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
@@ -96,45 +53,25 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     float32 at least.
 
     Args:
-        logits: (..., V) floating tensor of unnormalised log-probabilities.
+        logits: (..., V) floating tensor of unnormalised log-probabilities, V >= 1 (not checked).
         p: the probability the kept tokens must reach, in (0, 1].
 
     Returns:
         (..., V) tensor with the dtype of ``logits``: the kept logits unchanged, the others ``-inf``.
 
     Raises:
-        TypeError: if ``logits`` is not a floating tensor or ``p`` is not a number.
-        ValueError: if ``logits`` has no last dimension or ``p`` is outside (0, 1].
+        TypeError: if ``p`` is not a number.
+        ValueError: if ``p`` is outside (0, 1].
     """
-    _check_logits("top_p_filter", logits)
-    return _top_p(logits, _check_p("top_p_filter", "p", p))
-
-
-def _sample(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
-            generator: torch.Generator | None) -> Tensor:
-    """:func:`sample_next` without the argument checks, for the generation loop."""
-    if temperature == 0.0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None:
-        logits = _top_k(logits, top_k)
-    if top_p is not None:
-        logits = _top_p(logits, top_p)
-    probs = torch.softmax(logits.float(), dim=-1)
-    draws = torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator)
-    return draws.reshape(*probs.shape[:-1], 1)
-
-
-def _check_sampling(fn: str, temperature, top_k, top_p, generator) -> tuple[float, int | None, float | None]:
-    if isinstance(temperature, bool) or not isinstance(temperature, Real):
-        raise TypeError(f"{fn}: temperature must be a number >= 0, got {type(temperature).__name__}")
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"{fn}: temperature must be a finite number >= 0 (0 is greedy), got temperature={temperature}")
-    top_k = None if top_k is None else _check_k(fn, "top_k", top_k)
-    top_p = None if top_p is None else _check_p(fn, "top_p", top_p)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"{fn}: generator must be None or a torch.Generator, got {type(generator).__name__}")
-    return float(temperature), top_k, top_p
+    p = check_float("top_p_filter", "p", p, minimum=0.0, maximum=1.0, min_open=True)
+    if p == 1.0:
+        return logits.clone()
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits.float(), dim=-1)
+    above = probs.cumsum(dim=-1) - probs  # the probability of the tokens ranked above each token
+    drop_sorted = above >= p  # never true for the most likely token, since p > 0
+    drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, float("-inf"))
 
 
 def sample_next(
@@ -166,12 +103,46 @@ def sample_next(
 
     Raises:
         TypeError: if ``logits`` is not a floating tensor, or an argument has the wrong type.
-        ValueError: if ``logits`` has no last dimension, ``temperature < 0``, ``top_k < 1`` or
-            ``top_p`` is outside (0, 1].
+        ValueError: if ``logits`` is empty, ``temperature < 0``, ``top_k < 1`` or ``top_p`` is
+            outside (0, 1].
     """
-    _check_logits("sample_next", logits)
-    temperature, top_k, top_p = _check_sampling("sample_next", temperature, top_k, top_p, generator)
-    return _sample(logits, temperature, top_k, top_p, generator)
+    where = "sample_next"
+    check_tensor(where, "logits", logits, floating=True, nonempty=True)
+    temperature = check_float(where, "temperature", temperature, minimum=0.0)
+    if top_k is not None:
+        check_int(where, "top_k", top_k, minimum=1)
+    if top_p is not None:
+        check_float(where, "top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{where}: generator must be None or a torch.Generator, got {type(generator).__name__}")
+    if temperature == 0.0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = torch.softmax(logits.float(), dim=-1)
+    draws = torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator)
+    return draws.reshape(*probs.shape[:-1], 1)
+
+
+def _first_weight(model: nn.Module, where: str) -> Tensor:
+    """The first floating-point parameter of ``model``, whose dtype and device the cache and tokens take.
+
+    The module never imports :class:`~transformer_lib.gpt.GPT` (``GPT`` imports this module), so a
+    model is anything with GPT's interface: an ``nn.Module`` with a ``config`` (``block_size``,
+    ``vocab_size``, ``n_layer``, ``n_head``, ``n_embd``), called as ``model(idx, kv_cache=cache)``.
+    """
+    if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+        raise TypeError(
+            f"{where}: model must be an nn.Module with a config, such as transformer_lib.gpt.GPT, "
+            f"got {type(model).__name__}"
+        )
+    weight = next((w for w in model.parameters() if w.is_floating_point()), None)
+    if weight is None:
+        raise ValueError(f"{where}: model must have a floating-point parameter, got {type(model).__name__} without one")
+    return weight
 
 
 class _LayerKVCache:
@@ -221,7 +192,7 @@ class KVCache:
     its ``update(k, v)`` copies the keys and values of the new positions, (B, h, t, head_dim), to
     positions ``length .. length + t - 1`` of the preallocated tensors and returns views of all
     positions so far. After the constructor nothing is allocated, and only the new positions are
-    copied. Pass the whole cache to :meth:`GPT.forward <transformer_lib.model.GPT.forward>` as
+    copied. Pass the whole cache to :meth:`GPT.forward <transformer_lib.gpt.GPT.forward>` as
     ``kv_cache``; it reads ``length`` as the position of its first token.
 
     Args:
@@ -231,15 +202,16 @@ class KVCache:
         head_dim: width of each head (>= 1).
         max_len: the most positions the cache can hold (>= 1).
         dtype: floating dtype of the keys and values.
-        device: where to allocate them.
+        device: where to allocate them (a ``torch.device`` or a string such as ``"cuda"``).
 
     Attributes:
         k: (n_layer, B, n_head, max_len, head_dim) keys; ``k[i, :, :, :length]`` are block i's.
         v: (n_layer, B, n_head, max_len, head_dim) values, likewise.
 
     Raises:
-        TypeError: if a size is not an int or ``dtype`` is not a floating dtype.
-        ValueError: if a size is < 1.
+        TypeError: if a size is not an int, ``dtype`` is not a floating dtype or ``device`` is not
+            a device.
+        ValueError: if a size is < 1 or ``device`` names no device.
     """
 
     def __init__(
@@ -253,22 +225,22 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ):
-        sizes = dict(n_layer=n_layer, batch_size=batch_size, n_head=n_head, head_dim=head_dim, max_len=max_len)
-        for name, value in sizes.items():
-            _check_k("KVCache", name, value)
+        sizes = dict(n_layer=n_layer, batch_size=batch_size, n_head=n_head, max_len=max_len, head_dim=head_dim)
+        shape = tuple(check_int("KVCache", name, value, minimum=1) for name, value in sizes.items())
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"KVCache: dtype must be a floating torch.dtype, got dtype={dtype!r}")
-        shape = (n_layer, batch_size, n_head, max_len, head_dim)
+            raise TypeError(f"KVCache: dtype must be a floating torch.dtype, got dtype={describe(dtype)}")
+        device = None if device is None else check_device("KVCache", "device", device)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self._layers = [_LayerKVCache(self.k[i], self.v[i]) for i in range(n_layer)]
 
     @classmethod
-    def for_model(cls, model: GPT, batch_size: int, max_len: int | None = None) -> "KVCache":
+    def for_model(cls, model: nn.Module, batch_size: int, max_len: int | None = None) -> "KVCache":
         """An empty cache with the shape, dtype and device of ``model``.
 
         Args:
-            model: a :class:`~transformer_lib.model.GPT`.
+            model: a :class:`~transformer_lib.gpt.GPT`, or any ``nn.Module`` with its ``config``;
+                the cache takes the dtype and device of its first floating-point parameter.
             batch_size: number of sequences B (>= 1).
             max_len: positions to allocate, ``1 .. block_size``; defaults to ``block_size``.
 
@@ -276,16 +248,15 @@ class KVCache:
             A :class:`KVCache` with one layer per block of ``model``.
 
         Raises:
-            TypeError: if ``model`` is not a GPT or a size is not an int.
+            TypeError: if ``model`` is not an ``nn.Module`` with a ``config`` or a size is not an int.
             ValueError: if a size is < 1 or ``max_len > block_size``.
         """
-        if not isinstance(model, GPT):
-            raise TypeError(f"KVCache.for_model: model must be a GPT, got {type(model).__name__}")
+        where = "KVCache.for_model"
+        w = _first_weight(model, where)
         c = model.config
-        max_len = c.block_size if max_len is None else _check_k("KVCache.for_model", "max_len", max_len)
+        max_len = c.block_size if max_len is None else check_int(where, "max_len", max_len, minimum=1)
         if max_len > c.block_size:
-            raise ValueError(f"KVCache.for_model: max_len must be <= block_size={c.block_size}, got max_len={max_len}")
-        w = model.wte.weight
+            raise ValueError(f"{where}: max_len must be <= the model's block_size={c.block_size}, got max_len={max_len}")
         return cls(c.n_layer, batch_size, c.n_head, c.n_embd // c.n_head, max_len, dtype=w.dtype, device=w.device)
 
     @property
@@ -313,12 +284,9 @@ class KVCache:
             TypeError: if ``length`` is not an int.
             ValueError: if ``length`` is negative or more than the cache holds.
         """
-        if isinstance(length, bool) or not isinstance(length, Integral):
-            raise TypeError(f"KVCache.crop: length must be an int, got {type(length).__name__}")
-        if not 0 <= length <= self.length:
-            raise ValueError(f"KVCache.crop: length must be in [0, {self.length}], got length={length}")
+        length = check_int("KVCache.crop", "length", length, minimum=0, maximum=self.length)
         for layer in self._layers:
-            layer.length = int(length)
+            layer.length = length
 
     def reset(self) -> None:
         """Forget every stored position; the memory is kept, to be overwritten."""
@@ -334,7 +302,7 @@ class KVCache:
         return iter(self._layers)
 
 
-def _next_logits(model: GPT, seq: Tensor, n: int, cache: KVCache | None) -> Tensor:
+def _next_logits(model: nn.Module, seq: Tensor, n: int, cache: KVCache | None) -> Tensor:
     """Logits (B, V) of the token after ``seq[:, :n]``, read from its last ``block_size`` tokens.
 
     Without a cache the model runs on the whole window. With one, the cache holds ``seq[:, :n - 1]``
@@ -352,7 +320,7 @@ def _next_logits(model: GPT, seq: Tensor, n: int, cache: KVCache | None) -> Tens
 
 
 def generate(
-    model: GPT,
+    model: nn.Module,
     idx: Tensor,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -373,7 +341,9 @@ def generate(
     previous mode back.
 
     Args:
-        model: a :class:`~transformer_lib.model.GPT`.
+        model: a :class:`~transformer_lib.gpt.GPT`, or any ``nn.Module`` with its interface: a
+            ``config`` (``block_size``, ``vocab_size``, ``n_layer``, ``n_head``, ``n_embd``) and
+            ``model(idx, kv_cache=cache) -> (logits, loss)``.
         idx: (B, T) int64 token ids in ``[0, vocab_size)``, T >= 1, on the model's device.
         max_new_tokens: how many tokens to append (>= 0).
         temperature: >= 0; 0 is greedy decoding (the most likely token at every step).
@@ -390,53 +360,47 @@ def generate(
         (B, T + max_new_tokens) int64 tensor: ``idx`` followed by the new tokens.
 
     Raises:
-        TypeError: if ``model`` is not a GPT, ``idx`` is not an int64 tensor, or an argument has
-            the wrong type.
-        ValueError: if ``idx`` is not (B, T) with B, T >= 1, holds an id outside the vocabulary or
-            is on another device than the model, ``max_new_tokens < 0``, ``temperature < 0``,
-            ``top_k < 1``, ``top_p`` is outside (0, 1], or ``generator`` is on another device.
+        TypeError: if ``model`` is not an ``nn.Module`` with a ``config``, ``idx`` is not an int64
+            tensor, or an argument has the wrong type.
+        ValueError: if ``idx`` is not (B, T) with B, T >= 1, holds an id outside the vocabulary (checked
+            on a CPU) or is on another device than the model, ``max_new_tokens < 0``,
+            ``temperature < 0``, ``top_k < 1``, ``top_p`` is outside (0, 1], or ``generator`` is on
+            another device.
     """
-    fn = "generate"
-    if not isinstance(model, GPT):
-        raise TypeError(f"{fn}: model must be a GPT, got {type(model).__name__}")
-    if not isinstance(idx, Tensor) or idx.dtype != torch.int64:
-        got = f"dtype {idx.dtype}" if isinstance(idx, Tensor) else type(idx).__name__
-        raise TypeError(f"{fn}: idx must be an int64 tensor of token ids, got {got}")
-    if idx.ndim != 2 or idx.size(0) == 0 or idx.size(1) == 0:
-        raise ValueError(f"{fn}: idx must have shape (B, T) with B, T >= 1, got idx.shape={tuple(idx.shape)}")
-    device = model.wte.weight.device
+    where = "generate"
+    device = _first_weight(model, where).device
+    check_tensor(where, "idx", idx, dtype=torch.int64, ndim=2, nonempty=True)
     if idx.device != device:
-        raise ValueError(f"{fn}: idx must be on the model's device {device}, got idx.device={idx.device}")
+        raise ValueError(f"{where}: idx must be on the model's device {device}, got idx.device={idx.device}")
     vocab_size = model.config.vocab_size
     if idx.device.type == "cpu":  # once per call; on an accelerator it would wait for the device
         lo, hi = (int(v) for v in torch.aminmax(idx))
         if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"{fn}: idx holds the id {lo if lo < 0 else hi}, outside [0, vocab_size={vocab_size})")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral):
-        raise TypeError(f"{fn}: max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
-    if max_new_tokens < 0:
-        raise ValueError(f"{fn}: max_new_tokens must be >= 0, got max_new_tokens={max_new_tokens}")
-    temperature, top_k, top_p = _check_sampling(fn, temperature, top_k, top_p, generator)
-    if not isinstance(use_cache, bool):
-        raise TypeError(f"{fn}: use_cache must be a bool, got {type(use_cache).__name__}")
+            raise ValueError(f"{where}: idx holds the id {lo if lo < 0 else hi}, outside [0, vocab_size={vocab_size})")
+    max_new_tokens = check_int(where, "max_new_tokens", max_new_tokens, minimum=0)
+    temperature = check_float(where, "temperature", temperature, minimum=0.0)
+    if top_k is not None:
+        top_k = check_int(where, "top_k", top_k, minimum=1)
+    if top_p is not None:
+        top_p = check_float(where, "top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
+    use_cache = check_bool(where, "use_cache", use_cache)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{where}: generator must be None or a torch.Generator, got {type(generator).__name__}")
     if generator is not None and generator.device.type != device.type:
-        raise ValueError(f"{fn}: generator must be on the model's device {device}, got generator.device={generator.device}")
+        raise ValueError(f"{where}: generator must be on the model's device {device}, got generator.device={generator.device}")
     if callback is not None and not callable(callback):
-        raise TypeError(f"{fn}: callback must be callable, got {type(callback).__name__}")
+        raise TypeError(f"{where}: callback must be callable, got {describe(callback)}")
 
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            B, T = idx.shape
-            seq = torch.empty(B, T + max_new_tokens, dtype=torch.int64, device=device)
-            seq[:, :T] = idx
-            cache = KVCache.for_model(model, B) if use_cache and max_new_tokens > 0 else None
-            for n in range(T, T + max_new_tokens):
-                logits = _next_logits(model, seq, n, cache)  # (B, V)
-                seq[:, n : n + 1] = _sample(logits, temperature, top_k, top_p, generator)
-                if callback is not None:
-                    callback(seq[:, n : n + 1].clone())
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.inference_mode():
+        B, T = idx.shape
+        seq = torch.empty(B, T + max_new_tokens, dtype=torch.int64, device=device)
+        seq[:, :T] = idx
+        cache = KVCache.for_model(model, B) if use_cache and max_new_tokens > 0 else None
+        for n in range(T, T + max_new_tokens):
+            logits = _next_logits(model, seq, n, cache)  # (B, V)
+            seq[:, n : n + 1] = sample_next(
+                logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+            )
+            if callback is not None:
+                callback(seq[:, n : n + 1].clone())
     return seq.clone()  # outside inference mode: a tensor that autograd may use later

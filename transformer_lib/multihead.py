@@ -11,22 +11,13 @@ __all__ = [
     "MultiHeadAttention",
 ]
 
-from numbers import Integral, Real
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from transformer_lib._checks import check_bool, check_float, check_int, check_tensor
 from transformer_lib.attention import attention_weights, causal_mask
-
-
-def _check_positive_int(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{where}: {name} must be >= 1, got {name}={value}")
-    return int(value)
 
 
 def split_heads(x: Tensor, n_head: int) -> Tensor:
@@ -46,14 +37,11 @@ def split_heads(x: Tensor, n_head: int) -> Tensor:
         TypeError: if ``x`` is not a tensor or ``n_head`` is not an int.
         ValueError: if ``x`` is not 3-D, ``n_head < 1`` or C is not divisible by ``n_head``.
     """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"split_heads: x must be a torch.Tensor, got {type(x).__name__}")
-    n_head = _check_positive_int("split_heads", "n_head", n_head)
-    if x.ndim != 3:
-        raise ValueError(f"split_heads: x must have shape (B, T, C), got x.shape={tuple(x.shape)}")
+    check_tensor("split_heads", "x", x, ndim=3)
+    n_head = check_int("split_heads", "n_head", n_head, minimum=1)
     if x.size(-1) % n_head != 0:
         raise ValueError(
-            f"split_heads: the last dimension of x (C) must be divisible by n_head, "
+            f"split_heads: n_head must divide the last dimension of x (C), "
             f"got x.shape={tuple(x.shape)} and n_head={n_head}"
         )
     return x.unflatten(-1, (n_head, -1)).transpose(1, 2)
@@ -75,36 +63,8 @@ def merge_heads(x: Tensor) -> Tensor:
         TypeError: if ``x`` is not a tensor.
         ValueError: if ``x`` is not 4-D.
     """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"merge_heads: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != 4:
-        raise ValueError(f"merge_heads: x must have shape (B, h, T, d_k), got x.shape={tuple(x.shape)}")
+    check_tensor("merge_heads", "x", x, ndim=4)
     return x.transpose(1, 2).flatten(2)
-
-
-def _fits(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """True if ``shape`` has the rank of ``target`` and each size equals the target's or is 1."""
-    return len(shape) == len(target) and all(s in (1, t) for s, t in zip(shape, target))
-
-
-def _check_input(name: str, x: Tensor, d_model: int) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"MultiHeadAttention: {name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != 3 or x.size(-1) != d_model:
-        raise ValueError(
-            f"MultiHeadAttention: {name} must have shape (batch, length, d_model={d_model}), "
-            f"got {name}.shape={tuple(x.shape)}"
-        )
-
-
-def _check_mask_dtype(name: str, mask: Tensor) -> None:
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"MultiHeadAttention: {name} must be None or a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(
-            f"MultiHeadAttention: {name} must have dtype bool or a floating dtype (added to the scores), "
-            f"got {name}.dtype={str(mask.dtype).removeprefix('torch.')}"
-        )
 
 
 def _merge_masks(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
@@ -118,6 +78,40 @@ def _merge_masks(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
         for m in (a, b)
     )
     return a + b
+
+
+def _combined_mask(
+    attn_mask: Tensor | None,
+    key_padding_mask: Tensor | None,
+    is_causal: bool,
+    L: int,
+    S: int,
+    past: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor:
+    """The masks of :class:`MultiHeadAttention` combined into one, broadcastable to (B, h, L, S).
+
+    ``attn_mask`` is (L, S), (B, L, S) (placed as (B, 1, L, S)) or (B, h, L, S); ``key_padding_mask``
+    is (B, S), True at padding (placed as (B, 1, 1, S) and negated). With ``past > 0`` earlier
+    positions in a cache, the causal mask is aligned at the bottom-right corner. A floating result
+    has the dtype ``dtype`` of the queries.
+    """
+    mask = None
+    if attn_mask is not None:
+        mask = attn_mask.unsqueeze(1) if attn_mask.ndim == 3 else attn_mask
+    if key_padding_mask is not None:
+        kpm = key_padding_mask[:, None, None, :]
+        if kpm.dtype == torch.bool:
+            kpm = ~kpm  # True = padding (nn.MultiheadAttention) -> True = may attend
+        mask = kpm if mask is None else _merge_masks(mask, kpm, dtype)
+    if is_causal:
+        if past == 0:
+            causal = causal_mask(L, S, device=device)
+        else:  # query i is position past + i
+            causal = torch.ones(L, S, dtype=torch.bool, device=device).tril(past)
+        mask = causal if mask is None else _merge_masks(mask, causal, dtype)
+    return mask.to(dtype) if mask.is_floating_point() else mask
 
 
 def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_p: float) -> Tensor:
@@ -168,22 +162,16 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_head: int, *, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        d_model = _check_positive_int("MultiHeadAttention", "d_model", d_model)
-        n_head = _check_positive_int("MultiHeadAttention", "n_head", n_head)
+        where = "MultiHeadAttention"
+        d_model = check_int(where, "d_model", d_model, minimum=1)
+        n_head = check_int(where, "n_head", n_head, minimum=1)
         if d_model % n_head != 0:
-            raise ValueError(
-                f"MultiHeadAttention: d_model must be divisible by n_head, got d_model={d_model} and n_head={n_head}"
-            )
-        if isinstance(dropout, bool) or not isinstance(dropout, Real):
-            raise TypeError(f"MultiHeadAttention: dropout must be a number, got {type(dropout).__name__}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"MultiHeadAttention: dropout must be in [0, 1), got dropout={dropout}")
-        if not isinstance(bias, bool):
-            raise TypeError(f"MultiHeadAttention: bias must be a bool, got {type(bias).__name__}")
+            raise ValueError(f"{where}: d_model must be divisible by n_head, got d_model={d_model} and n_head={n_head}")
+        bias = check_bool(where, "bias", bias)
         self.d_model = d_model
         self.n_head = n_head
         self.head_dim = d_model // n_head
-        self.dropout = float(dropout)
+        self.dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
@@ -236,36 +224,23 @@ class MultiHeadAttention(nn.Module):
             after dropout, as in ``nn.MultiheadAttention``. A query whose keys are all masked gets
             zero weights and a zero attention output.
 
+        The inputs are not checked: this runs once per layer at every step, and a tensor of the
+        wrong shape fails inside PyTorch's kernels.
+
         Raises:
-            TypeError: for a non-tensor input, a mask whose dtype is neither bool nor floating, or
-                a ``kv_cache`` without an ``update`` method.
-            ValueError: for an input that is not (batch, length, d_model), different batch sizes,
-                key and value of different lengths, a mask of the wrong shape, or a ``kv_cache``
-                with cross-attention.
+            ValueError: if ``kv_cache`` is given with a ``key`` or ``value`` (cross-attention).
         """
         E, h = self.d_model, self.n_head
-        if not isinstance(is_causal, bool):
-            raise TypeError(f"MultiHeadAttention: is_causal must be a bool, got {type(is_causal).__name__}")
-        _check_input("query", query, E)
-        B, L = query.shape[:2]
-        if kv_cache is not None:
-            if not callable(getattr(kv_cache, "update", None)):
-                raise TypeError(
-                    "MultiHeadAttention: kv_cache must be None or have a method update(k, v), "
-                    f"got {type(kv_cache).__name__}"
-                )
-            if (key is not None and key is not query) or (value is not None and value is not query):
-                raise ValueError("MultiHeadAttention: kv_cache works with self-attention only; got a key or value")
+        cross = (key is not None and key is not query) or (value is not None and value is not query)
+        if kv_cache is not None and cross:
+            raise ValueError("MultiHeadAttention: kv_cache works with self-attention only; got a key or value")
         if key is None:
             key = query
         if value is None:
             value = key
         if key is query and value is query:  # self-attention: one matmul for q, k and v
-            S = L
-            qkv = self.in_proj(query).unflatten(-1, (3, h, -1))  # (B, T, 3, h, d_k)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, d_k), views
+            q, k, v = split_heads(self.in_proj(query), 3 * h).chunk(3, dim=1)  # (B, h, T, d_k) each, views
         else:  # cross-attention: the same weights, applied to different inputs
-            S = self._check_key_value(query, key, value)
             w, b = self.in_proj.weight, self.in_proj.bias
             bq, bk, bv = (None, None, None) if b is None else b.split(E)
             q = F.linear(query, w[:E], bq)
@@ -273,7 +248,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = F.linear(key, w[E:], None if b is None else b[E:]).split(E, dim=-1)
             else:
                 k, v = F.linear(key, w[E : 2 * E], bk), F.linear(value, w[2 * E :], bv)
-            q, k, v = (t.unflatten(-1, (h, -1)).transpose(1, 2) for t in (q, k, v))  # (B, h, T, d_k)
+            q, k, v = (split_heads(t, h) for t in (q, k, v))  # (B, h, L or S, d_k)
+        L, S = q.size(2), k.size(2)
         past = 0  # positions before the first query
         if kv_cache is not None:  # generation: the keys and values of the earlier positions, then these
             k, v = kv_cache.update(k, v)  # (B, h, S, d_k)
@@ -284,7 +260,7 @@ class MultiHeadAttention(nn.Module):
 
         mask = None
         if attn_mask is not None or key_padding_mask is not None or (is_causal and past > 0):
-            mask = self._mask(attn_mask, key_padding_mask, is_causal, B, L, S, query.dtype, query.device, past)
+            mask = _combined_mask(attn_mask, key_padding_mask, is_causal, L, S, past, query.dtype, query.device)
             is_causal = False  # folded into mask
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
@@ -299,72 +275,7 @@ class MultiHeadAttention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
             weights = None
-        return self.out_proj(y.transpose(1, 2).flatten(2)), weights  # merge_heads(y): (B, L, d_model)
-
-    def _check_key_value(self, query: Tensor, key: Tensor, value: Tensor) -> int:
-        """Validate key and value against query; return the key length S."""
-        _check_input("key", key, self.d_model)
-        _check_input("value", value, self.d_model)
-        if not query.size(0) == key.size(0) == value.size(0):
-            raise ValueError(
-                f"MultiHeadAttention: query, key and value must have the same batch size, got "
-                f"query.shape={tuple(query.shape)}, key.shape={tuple(key.shape)}, value.shape={tuple(value.shape)}"
-            )
-        if key.size(1) != value.size(1):
-            raise ValueError(
-                f"MultiHeadAttention: key and value must have the same length S, "
-                f"got key.shape={tuple(key.shape)} and value.shape={tuple(value.shape)}"
-            )
-        return key.size(1)
-
-    def _mask(
-        self,
-        attn_mask: Tensor | None,
-        key_padding_mask: Tensor | None,
-        is_causal: bool,
-        B: int,
-        L: int,
-        S: int,
-        dtype: torch.dtype,
-        device: torch.device,
-        past: int = 0,
-    ) -> Tensor:
-        """Validate the masks and combine them into one, broadcastable to (B, h, L, S).
-
-        With ``past > 0`` (a cache), the causal mask is aligned at the bottom-right corner.
-        """
-        mask = None
-        if attn_mask is not None:
-            _check_mask_dtype("attn_mask", attn_mask)
-            shape = tuple(attn_mask.shape)
-            if _fits(shape, (L, S)) or _fits(shape, (B, self.n_head, L, S)):
-                mask = attn_mask
-            elif _fits(shape, (B, L, S)):
-                mask = attn_mask.unsqueeze(1)
-            else:
-                raise ValueError(
-                    f"MultiHeadAttention: attn_mask must have shape (L, S), (B, L, S) or (B, h, L, S) = "
-                    f"({L}, {S}), ({B}, {L}, {S}) or ({B}, {self.n_head}, {L}, {S}) (or 1 in place of a size), "
-                    f"got attn_mask.shape={shape}"
-                )
-        if key_padding_mask is not None:
-            _check_mask_dtype("key_padding_mask", key_padding_mask)
-            if tuple(key_padding_mask.shape) != (B, S):
-                raise ValueError(
-                    f"MultiHeadAttention: key_padding_mask must have shape (B, S) = ({B}, {S}), "
-                    f"got key_padding_mask.shape={tuple(key_padding_mask.shape)}"
-                )
-            kpm = key_padding_mask.view(B, 1, 1, S)
-            if kpm.dtype == torch.bool:
-                kpm = ~kpm  # True = padding (nn.MultiheadAttention) -> True = may attend
-            mask = kpm if mask is None else _merge_masks(mask, kpm, dtype)
-        if is_causal:
-            if past == 0:
-                causal = causal_mask(L, S, device=device)
-            else:  # query i is position past + i
-                causal = torch.ones(L, S, dtype=torch.bool, device=device).tril(past)
-            mask = causal if mask is None else _merge_masks(mask, causal, dtype)
-        return mask if mask.dtype == torch.bool else mask.to(dtype)
+        return self.out_proj(merge_heads(y)), weights  # (B, L, d_model)
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":

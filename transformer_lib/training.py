@@ -12,12 +12,18 @@ __all__ = [
     "fused_adamw",
     "inverse_sqrt_lr",
     "cosine_lr",
-    "clip_grad_norm",
+    "clip_grad_norm_",
     "TrainConfig",
+    "TRAIN_PRESETS",
     "estimate_loss",
     "CHECKPOINT_FORMAT",
     "save_checkpoint",
     "load_checkpoint",
+    "CHECKPOINT_FILE",
+    "METRICS_FILE",
+    "TOKENIZER_FILE",
+    "RUN_FILE",
+    "RUN_FORMAT",
     "train",
 ]
 
@@ -29,7 +35,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +45,13 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from transformer_lib._checks import (
+    check_bool, check_choice, check_device, check_float, check_int, check_path, check_tensor,
+)
+from transformer_lib.config import GPTConfig
 from transformer_lib.data import get_batch
-from transformer_lib.model import GPT, GPTConfig, _atomic_write, _JSONConfig, _float_field, _int_field
+from transformer_lib.gpt import GPT
+from transformer_lib.utils import JSONConfig, atomic_write, eval_mode
 
 
 def _log_softmax(logits: Tensor) -> Tensor:
@@ -73,19 +83,14 @@ def cross_entropy(
         ValueError: if the shapes do not match or ``label_smoothing`` is outside [0, 1].
     """
     where = "cross_entropy"
-    if not isinstance(logits, Tensor) or not logits.is_floating_point():
-        got = f"dtype {logits.dtype}" if isinstance(logits, Tensor) else type(logits).__name__
-        raise TypeError(f"{where}: logits must be a float tensor, got {got}")
-    if not isinstance(targets, Tensor) or targets.dtype != torch.int64:
-        got = f"dtype {targets.dtype}" if isinstance(targets, Tensor) else type(targets).__name__
-        raise TypeError(f"{where}: targets must be an int64 tensor of class ids, got {got}")
-    if logits.ndim not in (2, 3) or targets.shape != logits.shape[:-1]:
+    check_tensor(where, "logits", logits, ndim=(2, 3), floating=True)
+    check_tensor(where, "targets", targets, dtype=torch.int64)
+    if targets.shape != logits.shape[:-1]:
         raise ValueError(
             f"{where}: expected logits (N, V) with targets (N,) or logits (B, T, V) with targets (B, T), "
             f"got logits.shape={tuple(logits.shape)} and targets.shape={tuple(targets.shape)}"
         )
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, Real) or not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"{where}: label_smoothing must be a number in [0, 1], got label_smoothing={label_smoothing!r}")
+    label_smoothing = check_float(where, "label_smoothing", label_smoothing, minimum=0.0, maximum=1.0)
     V = logits.size(-1)
     logp = _log_softmax(logits.reshape(-1, V))  # (N, V)
     targets = targets.reshape(-1)  # (N,)
@@ -94,6 +99,13 @@ def cross_entropy(
     if label_smoothing > 0.0:
         nll = (1.0 - label_smoothing) * nll - label_smoothing * logp.mean(dim=-1)
     return (nll * keep).sum() / keep.sum()
+
+
+def _check_betas(where: str, betas) -> tuple[float, float]:
+    """``betas`` as a pair of floats in [0, 1) (AdamW's and TrainConfig's ``(beta1, beta2)``)."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"{where}: betas must be a pair (beta1, beta2), got betas={betas!r}")
+    return tuple(check_float(where, "betas", b, minimum=0.0, maximum=1.0, max_open=True) for b in betas)
 
 
 class AdamW(torch.optim.Optimizer):
@@ -120,12 +132,10 @@ class AdamW(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2):
-        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
-            if isinstance(value, bool) or not isinstance(value, Real) or not value >= 0.0:
-                raise ValueError(f"AdamW: {name} must be a number >= 0, got {name}={value!r}")
-        if len(betas) != 2 or not all(isinstance(b, Real) and 0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"AdamW: betas must be two numbers in [0, 1), got betas={betas!r}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        lr, eps, weight_decay = (check_float("AdamW", name, value, minimum=0.0)
+                                 for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)))
+        betas = _check_betas("AdamW", betas)
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -184,7 +194,7 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"weight_decay_groups: model must be an nn.Module, got {type(model).__name__}")
-    weight_decay = _float_field("weight_decay_groups", "weight_decay", weight_decay, 0.0, math.inf)
+    weight_decay = check_float("weight_decay_groups", "weight_decay", weight_decay, minimum=0.0)
     params = [p for _, p in model.named_parameters() if p.requires_grad]  # shared tensors once
     return [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
@@ -247,9 +257,9 @@ def inverse_sqrt_lr(step: int, *, d_model: int, warmup_steps: int, scale: float 
         ValueError: if ``step``, ``d_model`` or ``warmup_steps`` is below 1, or ``scale`` is not positive.
     """
     w = "inverse_sqrt_lr"
-    step, d_model = _int_field(w, "step", step), _int_field(w, "d_model", d_model)
-    warmup_steps = _int_field(w, "warmup_steps", warmup_steps)
-    scale = _float_field(w, "scale", scale, 0.0)
+    step, d_model = check_int(w, "step", step, minimum=1), check_int(w, "d_model", d_model, minimum=1)
+    warmup_steps = check_int(w, "warmup_steps", warmup_steps, minimum=1)
+    scale = check_float(w, "scale", scale, minimum=0.0, min_open=True)
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
@@ -275,9 +285,10 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, max
         ValueError: if an argument is out of range.
     """
     w = "cosine_lr"
-    step, warmup_steps = _int_field(w, "step", step, 0), _int_field(w, "warmup_steps", warmup_steps, 0)
-    max_steps = _int_field(w, "max_steps", max_steps)
-    max_lr, min_lr = _float_field(w, "max_lr", max_lr, 0.0), _float_field(w, "min_lr", min_lr, 0.0, math.inf)
+    step, warmup_steps = check_int(w, "step", step, minimum=0), check_int(w, "warmup_steps", warmup_steps, minimum=0)
+    max_steps = check_int(w, "max_steps", max_steps, minimum=1)
+    max_lr = check_float(w, "max_lr", max_lr, minimum=0.0, min_open=True)
+    min_lr = check_float(w, "min_lr", min_lr, minimum=0.0)
     if min_lr > max_lr:
         raise ValueError(f"{w}: min_lr must be <= max_lr, got min_lr={min_lr:g} and max_lr={max_lr:g}")
     if max_steps <= warmup_steps:
@@ -292,7 +303,7 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, max
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * r)) * (max_lr - min_lr)
 
 
-def clip_grad_norm(parameters, max_norm: float) -> Tensor:
+def clip_grad_norm_(parameters, max_norm: float) -> Tensor:
     """Scale gradients in place so that their global L2 norm is at most ``max_norm``.
 
     The gradients are multiplied by ``min(1, max_norm / (total_norm + 1e-6))``, as
@@ -308,7 +319,7 @@ def clip_grad_norm(parameters, max_norm: float) -> Tensor:
     Raises:
         ValueError: if ``max_norm`` is not a positive number.
     """
-    max_norm = _float_field("clip_grad_norm", "max_norm", max_norm, 0.0)
+    max_norm = check_float("clip_grad_norm_", "max_norm", max_norm, minimum=0.0, min_open=True)
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]
@@ -322,9 +333,9 @@ def clip_grad_norm(parameters, max_norm: float) -> Tensor:
     return total
 
 
-@dataclass
-class TrainConfig(_JSONConfig):
-    """The hyperparameters of :func:`train`, validated when built.
+@dataclass(frozen=True)
+class TrainConfig(JSONConfig):
+    """The hyperparameters of :func:`train`, validated when built (a frozen dataclass).
 
     Args:
         max_steps: number of optimizer steps (>= 1); the cosine schedule ends here.
@@ -333,13 +344,13 @@ class TrainConfig(_JSONConfig):
         min_lr: final learning rate, in [0, lr].
         warmup_steps: linear warm-up steps, in [0, max_steps).
         weight_decay: decoupled weight decay of the matrices (>= 0).
-        betas: AdamW's ``(beta1, beta2)``, each in [0, 1).
+        betas: AdamW's ``(beta1, beta2)``, each in [0, 1); a list becomes a tuple.
         grad_clip: the largest gradient norm (> 0), or 0.0 for no clipping.
         eval_interval: evaluate every this many steps (>= 1), and at the end.
         eval_iters: batches per split in each evaluation (>= 1).
         checkpoint_interval: write a checkpoint every this many steps (>= 1), and at the end.
         seed: seed of the global RNG (fresh runs) and of the batch generators (>= 0).
-        device: where to train, e.g. ``"cpu"`` or ``"cuda"``.
+        device: where to train, e.g. ``"cpu"``, ``"cuda"`` or a ``torch.device`` (stored as a str).
         precision: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass runs
             under ``torch.autocast`` with bfloat16, which rounds the inputs of matrix products to
             bfloat16 and computes the loss in float32; the parameters, gradients and optimizer
@@ -367,28 +378,58 @@ class TrainConfig(_JSONConfig):
 
     def __post_init__(self):
         w = "TrainConfig"
+
+        def put(name, value):  # a frozen dataclass is normalised through object.__setattr__
+            object.__setattr__(self, name, value)
+
         for name in ("max_steps", "batch_size", "eval_interval", "eval_iters", "checkpoint_interval"):
-            setattr(self, name, _int_field(w, name, getattr(self, name)))
-        self.warmup_steps = _int_field(w, "warmup_steps", self.warmup_steps, 0)
-        self.seed = _int_field(w, "seed", self.seed, 0)
+            put(name, check_int(w, name, getattr(self, name), minimum=1))
+        for name in ("warmup_steps", "seed"):
+            put(name, check_int(w, name, getattr(self, name), minimum=0))
         if self.warmup_steps >= self.max_steps:
             raise ValueError(
                 f"{w}: warmup_steps must be < max_steps, got warmup_steps={self.warmup_steps} "
                 f"and max_steps={self.max_steps}"
             )
-        self.lr = _float_field(w, "lr", self.lr, 0.0)
+        put("lr", check_float(w, "lr", self.lr, minimum=0.0, min_open=True))
         for name in ("min_lr", "weight_decay", "grad_clip"):
-            setattr(self, name, _float_field(w, name, getattr(self, name), 0.0, math.inf))
+            put(name, check_float(w, name, getattr(self, name), minimum=0.0))
         if self.min_lr > self.lr:
             raise ValueError(f"{w}: min_lr must be <= lr, got min_lr={self.min_lr:g} and lr={self.lr:g}")
-        betas = self.betas
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"{w}: betas must be a pair (beta1, beta2), got betas={betas!r}")
-        self.betas = tuple(_float_field(w, "betas", b, 0.0, 1.0) for b in betas)
-        if not isinstance(self.device, str):
-            raise TypeError(f"{w}: device must be a str such as 'cpu' or 'cuda', got {type(self.device).__name__}")
-        if self.precision not in ("float32", "bfloat16"):
-            raise ValueError(f"{w}: precision must be 'float32' or 'bfloat16', got precision={self.precision!r}")
+        put("betas", _check_betas(w, self.betas))
+        put("device", str(check_device(w, "device", self.device)))
+        check_choice(w, "precision", self.precision, ("float32", "bfloat16"))
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "TrainConfig":
+        """The configuration of a named recipe of ``TRAIN_PRESETS``, with some fields replaced.
+
+        Args:
+            name: ``"shakespeare-baby"`` or ``"shakespeare-char"``.
+            **overrides: fields to change, e.g. ``max_steps=500``.
+
+        Returns:
+            A new, validated :class:`TrainConfig`.
+
+        Raises:
+            ValueError: if ``name`` is not a preset (the message lists them), or an override is
+                not a field or not valid.
+        """
+        check_choice("TrainConfig.from_preset", "name", name, TRAIN_PRESETS)
+        return cls.from_dict({**TRAIN_PRESETS[name], **overrides})
+
+
+#: Named training recipes for :meth:`TrainConfig.from_preset`: field name -> value; missing fields
+#: take the defaults of :class:`TrainConfig`.
+TRAIN_PRESETS: dict[str, dict] = {
+    # Chapter 10's CPU recipe for the baby GPT on Tiny Shakespeare, and the command line's defaults:
+    # a large peak rate and a short warm-up for a budget of a few thousand steps, a checkpoint at
+    # every evaluation.
+    "shakespeare-baby": dict(batch_size=12, lr=4e-3, min_lr=4e-5, warmup_steps=50, checkpoint_interval=250),
+    # nanoGPT's config/train_shakespeare_char.py, for its shakespeare-char model on a GPU.
+    "shakespeare-char": dict(max_steps=5000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100,
+                             eval_iters=200, checkpoint_interval=250),
+}
 
 
 @torch.no_grad()
@@ -396,7 +437,8 @@ def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size
                   generator: torch.Generator, device: str | torch.device) -> float:
     """The mean loss of ``model`` over ``iters`` random batches of ``data``, in eval mode.
 
-    The model is put in eval mode (no dropout) and restored to the mode it was in.
+    The model is put in eval mode (no dropout) and restored to the mode it was in, also when an
+    exception passes through.
 
     Args:
         model: a module called as ``model(x, y)`` returning ``(logits, loss)``, e.g. a :class:`GPT`.
@@ -414,21 +456,28 @@ def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size
         TypeError: if ``generator`` is not a ``torch.Generator``.
         ValueError: if ``iters`` is below 1 (and as :func:`~transformer_lib.data.get_batch`).
     """
-    iters = _int_field("estimate_loss", "iters", iters)
+    iters = check_int("estimate_loss", "iters", iters, minimum=1)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"estimate_loss: generator must be a torch.Generator, got {type(generator).__name__}")
-    was_training = model.training
-    model.eval()
     losses = torch.zeros(iters)
-    for i in range(iters):
-        x, y = get_batch(data, block_size, batch_size, generator=generator, device=device)
-        losses[i] = model(x, y)[1].float().cpu()
-    model.train(was_training)
+    with eval_mode(model):
+        for i in range(iters):
+            x, y = get_batch(data, block_size, batch_size, generator=generator, device=device)
+            losses[i] = model(x, y)[1].float().cpu()
     return losses.mean().item()
 
 
 #: The format marker that :func:`save_checkpoint` writes and :func:`load_checkpoint` requires.
 CHECKPOINT_FORMAT = "transformer_lib.checkpoint/1"
+
+
+def _check_types(where: str, **args: tuple) -> None:
+    """Raise ``TypeError`` naming the first argument ``name=(value, type or types)`` of the wrong type."""
+    for name, (value, types) in args.items():
+        if not isinstance(value, types):
+            expected = " or ".join("None" if t is type(None) else t.__name__
+                                   for t in (types if isinstance(types, tuple) else (types,)))
+            raise TypeError(f"{where}: {name} must be a {expected}, got {type(value).__name__}")
 
 
 def _rng_states(generator: torch.Generator) -> dict:
@@ -483,14 +532,11 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         ValueError: if ``step`` is negative.
     """
     w = "save_checkpoint"
-    for name, value, cls in (("model", model, nn.Module), ("optimizer", optimizer, torch.optim.Optimizer),
-                             ("model_config", model_config, GPTConfig), ("train_config", train_config, TrainConfig),
-                             ("generator", generator, torch.Generator)):
-        if not isinstance(value, cls):
-            raise TypeError(f"{w}: {name} must be a {cls.__name__}, got {type(value).__name__}")
-    step = _int_field(w, "step", step, 0)
-    if metrics is not None and not isinstance(metrics, dict):
-        raise TypeError(f"{w}: metrics must be a dict or None, got {type(metrics).__name__}")
+    path = check_path(w, "path", path)
+    _check_types(w, model=(model, nn.Module), optimizer=(optimizer, torch.optim.Optimizer),
+                 model_config=(model_config, GPTConfig), train_config=(train_config, TrainConfig),
+                 generator=(generator, torch.Generator), metrics=(metrics, (dict, type(None))))
+    step = check_int(w, "step", step, minimum=0)
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
         "model": model.state_dict(),
@@ -501,7 +547,7 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         "rng": _rng_states(generator),
         "metrics": metrics if metrics is not None else {},
     }
-    _atomic_write(path, lambda f: torch.save(checkpoint, f))  # Chapter 6's temporary file + rename
+    atomic_write(path, lambda f: torch.save(checkpoint, f))  # a temporary file, then os.replace
 
 
 def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
@@ -523,12 +569,14 @@ def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.op
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
+        TypeError: if ``model``, ``optimizer`` or ``generator`` has the wrong type.
         ValueError: if the file cannot be read as a checkpoint (corrupt, or holding objects that
             ``weights_only`` refuses), or its ``format`` marker is missing or different.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"load_checkpoint: no checkpoint file at {os.fspath(path)}")
+    path = check_path("load_checkpoint", "path", path, kind="file")
+    _check_types("load_checkpoint", model=(model, (nn.Module, type(None))),
+                 optimizer=(optimizer, (torch.optim.Optimizer, type(None))),
+                 generator=(generator, (torch.Generator, type(None))))
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError) as err:
@@ -556,6 +604,18 @@ def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.op
     return checkpoint
 
 
+#: The checkpoint that :func:`train` writes into its ``out_dir``.
+CHECKPOINT_FILE = "ckpt.pt"
+#: The evaluation log that :func:`train` appends to in its ``out_dir``, one JSON object per line.
+METRICS_FILE = "metrics.jsonl"
+#: The tokenizer of a run directory written by the command line (``CharTokenizer.save``).
+TOKENIZER_FILE = "tokenizer.json"
+#: Where the text of a command-line run came from and its SHA-256, to refuse resuming on other data.
+RUN_FILE = "run.json"
+#: The format marker of ``run.json``.
+RUN_FORMAT = "transformer_lib.run/1"
+
+
 def _append_jsonl(path: Path, record: dict) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
@@ -576,8 +636,8 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     Each step draws a batch of ``config.batch_size`` sequences of ``model.config.block_size``
     tokens, computes the loss, back-propagates, clips the gradients to ``config.grad_clip`` and
     updates. Every ``eval_interval`` steps and at the end, :func:`estimate_loss` runs on both
-    splits; with ``out_dir``, the result is appended to ``out_dir/metrics.jsonl`` as
-    ``{"step", "train_loss", "val_loss", "lr", "elapsed"}`` and ``out_dir/ckpt.pt`` is written every
+    splits; with ``out_dir``, the result is appended to ``out_dir/metrics.jsonl`` (``METRICS_FILE``) as
+    ``{"step", "train_loss", "val_loss", "lr", "elapsed"}`` and ``out_dir/ckpt.pt`` (``CHECKPOINT_FILE``) is written every
     ``checkpoint_interval`` steps and at the end. A resumed run continues bit for bit as the
     uninterrupted run would have.
 
@@ -609,29 +669,28 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         includes the records stored in its checkpoint).
 
     Raises:
-        TypeError: if ``model`` is not a :class:`GPT`, ``config`` not a :class:`TrainConfig` or
-            ``should_stop`` neither callable nor None.
-        ValueError: if ``resume`` is set without ``out_dir``, the checkpoint was written for
-            another model configuration, or ``stop_at`` is out of range.
+        TypeError: if ``model`` is not a :class:`GPT`, ``config`` not a :class:`TrainConfig`,
+            ``train_data`` or ``val_data`` not a tensor, ``should_stop`` neither callable nor None,
+            or another argument has the wrong type.
+        ValueError: if ``train_data`` or ``val_data`` is not 1-D, ``resume`` is set without
+            ``out_dir``, the checkpoint was written for another model configuration, or
+            ``stop_at`` is out of range.
         FileNotFoundError: if ``resume`` is set and ``out_dir/ckpt.pt`` does not exist.
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"train: model must be a GPT, got {type(model).__name__}")
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"train: config must be a TrainConfig, got {type(config).__name__}")
+    w = "train"
+    _check_types(w, model=(model, GPT), config=(config, TrainConfig))
+    check_tensor(w, "train_data", train_data, ndim=1)
+    check_tensor(w, "val_data", val_data, ndim=1)
+    resume, progress = check_bool(w, "resume", resume), check_bool(w, "progress", progress)
     if should_stop is not None and not callable(should_stop):
-        raise TypeError(
-            f"train: should_stop must be a callable returning bool, or None, got {type(should_stop).__name__}"
-        )
-    end = config.max_steps if stop_at is None else _int_field("train", "stop_at", stop_at)
-    if end > config.max_steps:
-        raise ValueError(f"train: stop_at must be <= config.max_steps={config.max_steps}, got stop_at={end}")
+        raise TypeError(f"{w}: should_stop must be a callable returning bool, or None, got {type(should_stop).__name__}")
+    end = config.max_steps if stop_at is None else check_int(w, "stop_at", stop_at, minimum=1, maximum=config.max_steps)
     if resume and out_dir is None:
-        raise ValueError("train: resume=True needs out_dir, the directory holding ckpt.pt")
+        raise ValueError(f"{w}: resume=True needs out_dir, the directory holding {CHECKPOINT_FILE}")
     rank, world = _rank_and_world_size()
     writer = rank == 0 and out_dir is not None  # only rank 0 writes files
     if out_dir is not None:
-        out_dir = Path(out_dir)
+        out_dir = check_path(w, "out_dir", out_dir)
         if rank == 0:
             out_dir.mkdir(parents=True, exist_ok=True)
     block_size, c = model.config.block_size, config
@@ -640,10 +699,10 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     optimizer = fused_adamw(weight_decay_groups(model, c.weight_decay), lr=c.lr, betas=c.betas)
     generator = torch.Generator().manual_seed(c.seed)
     if resume:
-        checkpoint = load_checkpoint(out_dir / "ckpt.pt")  # validate before restoring anything
+        checkpoint = load_checkpoint(out_dir / CHECKPOINT_FILE)  # validate before restoring anything
         if checkpoint["model_config"] != model.config.to_dict():
             raise ValueError(
-                f"train: {out_dir / 'ckpt.pt'} was written for model_config={checkpoint['model_config']}, "
+                f"{w}: {out_dir / CHECKPOINT_FILE} was written for model_config={checkpoint['model_config']}, "
                 f"not {model.config.to_dict()}"
             )
         model.load_state_dict(checkpoint["model"])
@@ -655,7 +714,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         torch.manual_seed(c.seed)
         start, history, elapsed0 = 0, [], 0.0
         if writer:
-            (out_dir / "metrics.jsonl").write_text("", encoding="utf-8")  # a fresh run starts a fresh log
+            (out_dir / METRICS_FILE).write_text("", encoding="utf-8")  # a fresh run starts a fresh log
     # Under DDP the forward and backward passes go through the wrapper, which copies rank 0's
     # parameters to every rank once, here, and averages the gradients over the ranks during every
     # backward; evaluation and checkpoints use the bare model.
@@ -672,11 +731,11 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         record = {"step": step, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
                   "elapsed": elapsed0 + time.perf_counter() - t0}
         if out_dir is not None:
-            _append_jsonl(out_dir / "metrics.jsonl", record)
+            _append_jsonl(out_dir / METRICS_FILE, record)
 
     def checkpoint_now(step: int) -> None:
         metrics = {"history": history, "elapsed": elapsed0 + time.perf_counter() - t0}
-        save_checkpoint(out_dir / "ckpt.pt", model=model, optimizer=optimizer, step=step,
+        save_checkpoint(out_dir / CHECKPOINT_FILE, model=model, optimizer=optimizer, step=step,
                         model_config=model.config, train_config=c, generator=generator, metrics=metrics)
 
     def lr_at(step: int) -> float:
@@ -697,7 +756,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
             _, loss = net(x, y)
         loss.backward()
         if c.grad_clip > 0.0:
-            clip_grad_norm(model.parameters(), c.grad_clip)
+            clip_grad_norm_(model.parameters(), c.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         stop = should_stop is not None and bool(should_stop())

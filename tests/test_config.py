@@ -1,0 +1,164 @@
+"""Unit tests for transformer_lib.config (chapter 6): GPTConfig, GPT_PRESETS, gpt_param_count."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from transformer_lib.config import GPT_PRESETS, GPTConfig, gpt_param_count
+from transformer_lib.gpt import GPT
+
+
+def test_gpt_config_defaults_are_gpt2_small():
+    c = GPTConfig()
+    assert (c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size) == (12, 12, 768, 1024, 50257)
+    assert (c.dropout, c.bias, c.activation, c.layer_norm_eps) == (0.0, True, "gelu", 1e-5)
+    assert [f for f in c.to_dict()] == ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "dropout",
+                                        "bias", "activation", "layer_norm_eps"]
+
+
+def test_gpt_config_is_frozen_and_replace_validates(tiny_config):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tiny_config.n_layer = 3
+    assert dataclasses.replace(tiny_config, dropout=0.1).dropout == 0.1
+    with pytest.raises(ValueError, match="n_layer"):
+        dataclasses.replace(tiny_config, n_layer=0)
+    assert hash(tiny_config) == hash(GPTConfig.from_preset("tiny"))  # frozen dataclasses are hashable
+
+
+@pytest.mark.parametrize("field", ["n_layer", "n_head", "n_embd", "block_size", "vocab_size"])
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError),
+                                        ("4", TypeError)])
+def test_gpt_config_int_fields_are_validated(field, bad, error):
+    with pytest.raises(error, match=f"GPTConfig: {field} must be"):
+        GPTConfig(**{field: bad})
+
+
+def test_gpt_config_n_embd_divisible_by_n_head():
+    with pytest.raises(ValueError, match=r"GPTConfig: n_embd must be divisible by n_head, got n_embd=100 and n_head=3"):
+        GPTConfig(n_embd=100, n_head=3)
+
+
+@pytest.mark.parametrize("bad, error", [(-0.1, ValueError), (1.0, ValueError), (True, TypeError), ("0.1", TypeError)])
+def test_gpt_config_dropout_is_validated(bad, error):
+    with pytest.raises(error, match="GPTConfig: dropout must be"):
+        GPTConfig(dropout=bad)
+
+
+@pytest.mark.parametrize("bad", [1, 0, "True", None])
+def test_gpt_config_bias_must_be_bool(bad):
+    with pytest.raises(TypeError, match="GPTConfig: bias must be a bool"):
+        GPTConfig(bias=bad)
+
+
+@pytest.mark.parametrize("bad", ["swish", None])
+def test_gpt_config_activation_is_validated(bad):
+    with pytest.raises(ValueError, match=f"GPTConfig: activation must be one of .*'gelu_tanh'.*got activation={bad!r}"):
+        GPTConfig(activation=bad)
+
+
+@pytest.mark.parametrize("bad, error", [(0.0, ValueError), (-1e-5, ValueError), (float("nan"), ValueError),
+                                        (float("inf"), ValueError), ("1e-5", TypeError), (False, TypeError)])
+def test_gpt_config_layer_norm_eps_is_validated(bad, error):
+    with pytest.raises(error, match="GPTConfig: layer_norm_eps must be"):
+        GPTConfig(layer_norm_eps=bad)
+
+
+def test_gpt_config_normalises_numbers():
+    c = GPTConfig(dropout=0, layer_norm_eps=1)
+    assert type(c.dropout) is float and type(c.layer_norm_eps) is float
+
+
+def test_gpt_config_json_round_trip(tmp_path):
+    for c in [GPTConfig.from_preset(n) for n in GPT_PRESETS] + [
+        GPTConfig(n_layer=3, n_head=2, n_embd=10, block_size=7, vocab_size=11, dropout=0.25, bias=False,
+                  activation="relu", layer_norm_eps=1e-6)
+    ]:
+        path = tmp_path / "config.json"
+        c.to_json(path)
+        back = GPTConfig.from_json(path)
+        assert back == c
+        assert [type(v) for v in back.to_dict().values()] == [type(v) for v in c.to_dict().values()]
+        assert json.loads(path.read_text()) == c.to_dict()
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]  # no temporary file left behind
+
+
+def test_gpt_config_to_json_replaces_an_existing_file(tmp_path, tiny_config):
+    path = tmp_path / "config.json"
+    path.write_text("old contents")
+    tiny_config.to_json(path)
+    assert GPTConfig.from_json(path) == tiny_config
+
+
+def test_gpt_config_from_dict_missing_keys_take_defaults_and_unknown_keys_fail():
+    assert GPTConfig.from_dict({"n_layer": 2}) == GPTConfig(n_layer=2)
+    with pytest.raises(ValueError, match=r"GPTConfig.from_dict: unknown keys \['n_embed', 'lr'\]"):
+        GPTConfig.from_dict({"n_embed": 10, "lr": 1e-3})
+    with pytest.raises(TypeError, match="GPTConfig.from_dict: d must be a mapping"):
+        GPTConfig.from_dict([("n_layer", 2)])
+
+
+def test_gpt_config_from_json_invalid_json_names_the_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"n_layer": 2,')
+    with pytest.raises(ValueError, match=r"GPTConfig.from_json: .*broken.json is not valid JSON"):
+        GPTConfig.from_json(path)
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"broken.json must hold a JSON object"):
+        GPTConfig.from_json(path)
+    path.write_text('{"n_layer": 0}')
+    with pytest.raises(ValueError, match="GPTConfig: n_layer must be"):
+        GPTConfig.from_json(path)
+
+
+def test_gpt_presets(tiny_config):
+    assert list(GPT_PRESETS) == ["tiny", "baby", "shakespeare-char", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]
+    tiny, baby = tiny_config, GPTConfig.from_preset("baby")
+    assert (tiny.n_layer, tiny.n_head, tiny.n_embd, tiny.block_size, tiny.vocab_size) == (2, 2, 32, 16, 65)
+    assert (baby.n_layer, baby.n_head, baby.n_embd, baby.block_size, baby.vocab_size) == (4, 4, 128, 64, 65)
+    assert (baby.dropout, baby.bias) == (0.0, False)
+    sc = GPTConfig.from_preset("shakespeare-char")
+    assert (sc.n_layer, sc.n_head, sc.n_embd, sc.block_size, sc.vocab_size, sc.dropout, sc.bias) == (
+        6, 6, 384, 256, 65, 0.2, False)
+    assert GPTConfig.from_preset("shakespeare-char", dropout=0.0).dropout == 0.0
+    assert GPT_PRESETS["shakespeare-char"]["dropout"] == 0.2  # overrides do not modify the preset
+
+
+@pytest.mark.parametrize("name, shape, n_params", [
+    ("gpt2", (12, 12, 768), 124_439_808),
+    ("gpt2-medium", (24, 16, 1024), 354_823_168),
+    ("gpt2-large", (36, 20, 1280), 774_030_080),
+    ("gpt2-xl", (48, 25, 1600), 1_557_611_200),
+])
+def test_gpt2_presets_have_the_shapes_of_the_released_models(name, shape, n_params):
+    c = GPTConfig.from_preset(name)
+    assert (c.n_layer, c.n_head, c.n_embd) == shape
+    assert (c.block_size, c.vocab_size, c.dropout, c.bias, c.activation) == (1024, 50257, 0.0, True, "gelu_tanh")
+    assert gpt_param_count(c) == n_params  # the parameter counts the released checkpoints report
+
+
+def test_gpt_presets_errors():
+    with pytest.raises(ValueError, match=r"GPTConfig.from_preset: name must be one of 'tiny', 'baby'.*got name='gpt3'"):
+        GPTConfig.from_preset("gpt3")
+    with pytest.raises(ValueError, match=r"unknown keys \['n_embed'\]"):
+        GPTConfig.from_preset("tiny", n_embed=64)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [GPTConfig.from_preset(n) for n in GPT_PRESETS]
+    + [GPTConfig(n_layer=L, n_head=h, n_embd=d, block_size=T, vocab_size=V, bias=b)
+       for (L, h, d, T, V) in ((1, 1, 8, 5, 7), (3, 3, 24, 9, 100)) for b in (True, False)],
+    ids=lambda c: f"L{c.n_layer}-d{c.n_embd}-V{c.vocab_size}-bias{c.bias}",
+)
+def test_gpt_param_count_formula(config):
+    with torch.device("meta"):  # shapes without storage: instant even for gpt2-xl
+        model = GPT(config)
+    assert gpt_param_count(config) == sum(p.numel() for p in model.parameters())
+    assert gpt_param_count(config, non_embedding=True) == model.num_params()
+
+
+def test_gpt_param_count_errors():
+    with pytest.raises(TypeError, match="gpt_param_count: config must be a GPTConfig"):
+        gpt_param_count({"n_layer": 1})
