@@ -1,8 +1,8 @@
 """Training-step time of the NumPy GPT of Chapter 8 next to the PyTorch GPT, at the same shape.
 
 One training step is: forward, cross-entropy loss, backward, AdamW update. NumPy:
-``transformer_lib.backprop.gpt_loss_and_grads`` + ``AdamWNumpy.step``. PyTorch:
-``transformer_lib.model.GPT`` + ``loss.backward()`` + ``transformer_lib.training.AdamW`` (with
+``transformer_lib.numpy_gpt.gpt_loss_and_grads`` + ``AdamWNumpy.step``. PyTorch:
+``transformer_lib.gpt.GPT`` + ``loss.backward()`` + ``transformer_lib.training.AdamW`` (with
 ``weight_decay_groups``; gradients set to None after each step). Both start from the same weights,
 run in float32 on the same batches and with the same number of threads: PyTorch's through
 ``torch.set_num_threads``, NumPy's BLAS (OpenBLAS) through ``OPENBLAS_NUM_THREADS``, which must be
@@ -47,8 +47,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from train_throughput import SHAPES, Shape, flops_per_token  # noqa: E402  (this script's folder)
 
-from transformer_lib.backprop import AdamWNumpy, gpt_loss_and_grads, params_from_torch  # noqa: E402
-from transformer_lib.model import GPT, GPTConfig  # noqa: E402
+from transformer_lib.config import GPTConfig  # noqa: E402
+from transformer_lib.gpt import GPT  # noqa: E402
+from transformer_lib.numpy_gpt import AdamWNumpy, gpt_loss_and_grads, params_from_torch  # noqa: E402
 from transformer_lib.training import AdamW, weight_decay_groups  # noqa: E402
 
 
