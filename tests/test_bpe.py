@@ -244,6 +244,17 @@ def test_decode_invalid_ids(tok):
         tok.decode([65], errors="bogus")
     with pytest.raises(ValueError, match="decode: errors"):
         tok.decode([65], errors=None)
+    with pytest.raises(ValueError, match="ids must be 1-D"):
+        tok.decode(torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="ids must be 1-D"):
+        tok.decode(np.zeros((2, 3), dtype=np.int64))
+    with pytest.raises(TypeError, match=r"ids\[0\]=1\.0"):
+        tok.decode(torch.tensor([1.0]))
+    with pytest.raises(TypeError, match=r"ids\[0\]=True"):
+        tok.decode(np.array([True]))
+    with pytest.raises(ValueError, match=rf"{10**30} at position 0"):
+        tok.decode([10**30])
+    assert tok.decode([np.int64(65), 66]) == "AB"  # NumPy integers in a list are integers
 
 
 def test_decode_partial_utf8_uses_replacement_character(tok):
@@ -266,6 +277,8 @@ def test_constructor_errors():
     with pytest.raises(TypeError, match=r"merges\[0\] must be a pair of bytes"):
         ByteBPETokenizer([("a", "b")])
     vocab = {bytes([b]): b for b in range(256)}
+    with pytest.raises(ValueError, match=r"merges\[0\] .* uses b'xy', which is not a token .*any merge"):
+        ByteBPETokenizer([(b"xy", b"c")], vocab=vocab)
     with pytest.raises(ValueError, match="vocab must hold exactly .* it lacks 1: b'ab'"):
         ByteBPETokenizer([(b"a", b"b")], vocab=vocab)
     with pytest.raises(ValueError, match="it has 1 others: b'zz'"):

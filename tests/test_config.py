@@ -1,4 +1,4 @@
-"""Unit tests for transformer_lib.config (chapter 6): GPTConfig, GPT_PRESETS, gpt_param_count."""
+"""Unit tests for transformer_lib.config (chapter 6): GPTConfig, GPT_PRESETS, gpt_param_count, Seq2SeqConfig."""
 
 import dataclasses
 import json
@@ -6,7 +6,9 @@ import json
 import pytest
 import torch
 
-from transformer_lib.config import GPT_PRESETS, GPTConfig, gpt_param_count
+import transformer_lib
+from transformer_lib import encoder_decoder
+from transformer_lib.config import GPT_PRESETS, GPTConfig, Seq2SeqConfig, gpt_param_count
 from transformer_lib.gpt import GPT
 
 
@@ -162,3 +164,64 @@ def test_gpt_param_count_formula(config):
 def test_gpt_param_count_errors():
     with pytest.raises(TypeError, match="gpt_param_count: config must be a GPTConfig"):
         gpt_param_count({"n_layer": 1})
+
+
+# ---------------------------------------------------------------- Seq2SeqConfig
+
+SMALL = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=32, n_head=4, n_encoder_layers=2, n_decoder_layers=2,
+             d_ff=64, dropout=0.0, max_len=16)
+
+
+def test_seq2seq_config_defaults_and_json(tmp_path):
+    c = Seq2SeqConfig(100, 120)
+    assert (c.d_model, c.n_head, c.n_encoder_layers, c.n_decoder_layers, c.d_ff, c.dropout) == (512, 8, 6, 6, 2048, 0.1)
+    assert (c.max_len, c.activation, c.norm_first, c.bias, c.pad_id, c.tie_embeddings) == (512, "relu", False, True, 0, True)
+    other = Seq2SeqConfig(**SMALL, activation="gelu", norm_first=True, bias=False, pad_id=3, tie_embeddings=False)
+    for cfg in (c, other):
+        cfg.to_json(tmp_path / "s2s.json")
+        assert Seq2SeqConfig.from_json(tmp_path / "s2s.json") == cfg
+    with pytest.raises(ValueError, match=r"Seq2SeqConfig.from_dict: missing required keys \['tgt_vocab_size'\]"):
+        Seq2SeqConfig.from_dict({"src_vocab_size": 5})
+    with pytest.raises(ValueError, match=r"Seq2SeqConfig.from_dict: unknown keys \['vocab_size'\]"):
+        Seq2SeqConfig.from_dict({"src_vocab_size": 5, "tgt_vocab_size": 5, "vocab_size": 5})
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="Seq2SeqConfig.from_json: .*bad.json is not valid JSON"):
+        Seq2SeqConfig.from_json(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(src_vocab_size=0), ValueError, "src_vocab_size must be an int >= 1"),
+        (dict(tgt_vocab_size=True), TypeError, "tgt_vocab_size must be an int"),
+        (dict(d_model=30, n_head=4), ValueError, "d_model must be divisible by n_head, got d_model=30 and n_head=4"),
+        (dict(d_model=33, n_head=3), ValueError, "d_model must be even"),
+        (dict(n_encoder_layers=0), ValueError, "n_encoder_layers must be"),
+        (dict(n_decoder_layers=1.0), TypeError, "n_decoder_layers must be an int"),
+        (dict(d_ff=-1), ValueError, "d_ff must be"),
+        (dict(dropout=1.0), ValueError, "dropout must be"),
+        (dict(max_len=0), ValueError, "max_len must be"),
+        (dict(activation="gelu_new"), ValueError, "activation must be one of"),
+        (dict(norm_first=1), TypeError, "norm_first must be a bool"),
+        (dict(bias="yes"), TypeError, "bias must be a bool"),
+        (dict(layer_norm_eps=0), ValueError, "layer_norm_eps must be"),
+        (dict(pad_id=-1), ValueError, "pad_id must be an int >= 0"),
+        (dict(pad_id=11), ValueError, "pad_id must be an id of both vocabularies, got pad_id=11"),
+        (dict(tie_embeddings=None), TypeError, "tie_embeddings must be a bool"),
+    ],
+)
+def test_seq2seq_config_validation(kwargs, error, match):
+    with pytest.raises(error, match=f"Seq2SeqConfig: {match}"):
+        Seq2SeqConfig(**{**SMALL, **kwargs})
+
+
+def test_seq2seq_config_is_frozen():
+    c = Seq2SeqConfig(**SMALL)
+    with pytest.raises(AttributeError):
+        c.d_model = 64
+    assert type(Seq2SeqConfig(**{**SMALL, "dropout": 0}).dropout) is float
+
+
+def test_seq2seq_config_lives_in_config_and_at_the_top_level():
+    assert transformer_lib.Seq2SeqConfig is Seq2SeqConfig and Seq2SeqConfig.__module__ == "transformer_lib.config"
+    assert "Seq2SeqConfig" not in encoder_decoder.__all__

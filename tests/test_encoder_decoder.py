@@ -1,4 +1,6 @@
-"""Unit tests for transformer_lib.encoder_decoder (chapter 6), against PyTorch's nn.Transformer."""
+"""Unit tests for transformer_lib.encoder_decoder (chapter 6), against PyTorch's nn.Transformer.
+
+Seq2SeqConfig (transformer_lib.config) is tested in test_config.py; decoding in test_encoder_decoder_decoding.py."""
 
 import math
 
@@ -8,15 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from transformer_lib.attention import causal_mask, padding_mask
-from transformer_lib.config import GPTConfig
-from transformer_lib.encoder_decoder import (
-    Decoder,
-    DecoderBlock,
-    Encoder,
-    EncoderDecoder,
-    Seq2SeqConfig,
-    encoder_decoder_from_torch,
-)
+from transformer_lib.config import GPTConfig, Seq2SeqConfig
+from transformer_lib.encoder_decoder import Decoder, DecoderBlock, Encoder, EncoderDecoder, encoder_decoder_from_torch
 
 # float32: outputs after several blocks, each rounding; float64: a few hundred ulp at most.
 ATOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -150,53 +145,10 @@ def test_decoder_block_validation():
         DecoderBlock(8, 2, eps=0.0)
 
 
-# ---------------------------------------------------------------- Seq2SeqConfig, EncoderDecoder
+# ---------------------------------------------------------------- EncoderDecoder (Seq2SeqConfig: test_config.py)
 
 SMALL = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=32, n_head=4, n_encoder_layers=2, n_decoder_layers=2,
              d_ff=64, dropout=0.0, max_len=16)
-
-
-def test_seq2seq_config_defaults_and_json(tmp_path):
-    c = Seq2SeqConfig(100, 120)
-    assert (c.d_model, c.n_head, c.n_encoder_layers, c.n_decoder_layers, c.d_ff, c.dropout) == (512, 8, 6, 6, 2048, 0.1)
-    assert (c.max_len, c.activation, c.norm_first, c.bias, c.pad_id, c.tie_embeddings) == (512, "relu", False, True, 0, True)
-    other = Seq2SeqConfig(**SMALL, activation="gelu", norm_first=True, bias=False, pad_id=3, tie_embeddings=False)
-    for cfg in (c, other):
-        cfg.to_json(tmp_path / "s2s.json")
-        assert Seq2SeqConfig.from_json(tmp_path / "s2s.json") == cfg
-    with pytest.raises(ValueError, match=r"Seq2SeqConfig.from_dict: missing required keys \['tgt_vocab_size'\]"):
-        Seq2SeqConfig.from_dict({"src_vocab_size": 5})
-    with pytest.raises(ValueError, match=r"Seq2SeqConfig.from_dict: unknown keys \['vocab_size'\]"):
-        Seq2SeqConfig.from_dict({"src_vocab_size": 5, "tgt_vocab_size": 5, "vocab_size": 5})
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ValueError, match="Seq2SeqConfig.from_json: .*bad.json is not valid JSON"):
-        Seq2SeqConfig.from_json(tmp_path / "bad.json")
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        (dict(src_vocab_size=0), ValueError, "src_vocab_size must be an int >= 1"),
-        (dict(tgt_vocab_size=True), TypeError, "tgt_vocab_size must be an int"),
-        (dict(d_model=30, n_head=4), ValueError, "d_model must be divisible by n_head, got d_model=30 and n_head=4"),
-        (dict(d_model=33, n_head=3), ValueError, "d_model must be even"),
-        (dict(n_encoder_layers=0), ValueError, "n_encoder_layers must be"),
-        (dict(n_decoder_layers=1.0), TypeError, "n_decoder_layers must be an int"),
-        (dict(d_ff=-1), ValueError, "d_ff must be"),
-        (dict(dropout=1.0), ValueError, "dropout must be"),
-        (dict(max_len=0), ValueError, "max_len must be"),
-        (dict(activation="gelu_new"), ValueError, "activation must be one of"),
-        (dict(norm_first=1), TypeError, "norm_first must be a bool"),
-        (dict(bias="yes"), TypeError, "bias must be a bool"),
-        (dict(layer_norm_eps=0), ValueError, "layer_norm_eps must be"),
-        (dict(pad_id=-1), ValueError, "pad_id must be an int >= 0"),
-        (dict(pad_id=11), ValueError, "pad_id must be an id of both vocabularies, got pad_id=11"),
-        (dict(tie_embeddings=None), TypeError, "tie_embeddings must be a bool"),
-    ],
-)
-def test_seq2seq_config_validation(kwargs, error, match):
-    with pytest.raises(error, match=f"Seq2SeqConfig: {match}"):
-        Seq2SeqConfig(**{**SMALL, **kwargs})
 
 
 def test_encoder_decoder_forward_and_tying():
@@ -238,13 +190,6 @@ def test_encoder_decoder_target_is_causal_and_padding_is_ignored():
         src2 = src.clone()
         src2[1, 4:] = (src2[1, 4:] + 1) % 11  # padded positions of sequence 1
         torch.testing.assert_close(model(src2, tgt, SRC_KPM), base, rtol=0, atol=1e-6)
-
-
-def test_seq2seq_config_is_frozen():
-    c = Seq2SeqConfig(**SMALL)
-    with pytest.raises(AttributeError):
-        c.d_model = 64
-    assert type(Seq2SeqConfig(**{**SMALL, "dropout": 0}).dropout) is float
 
 
 def test_encoder_decoder_errors():

@@ -6,13 +6,8 @@ import itertools
 import pytest
 import torch
 
-from transformer_lib.encoder_decoder import (
-    EncoderDecoder,
-    Seq2SeqConfig,
-    beam_search,
-    gnmt_length_penalty,
-    greedy_decode,
-)
+from transformer_lib.config import Seq2SeqConfig
+from transformer_lib.encoder_decoder import EncoderDecoder, beam_search, gnmt_length_penalty, greedy_decode
 
 PAD, BOS, EOS = 0, 1, 2  # Seq2SeqConfig's default pad_id, and the BOS and EOS of Seq2SeqVocab
 

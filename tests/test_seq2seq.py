@@ -4,7 +4,8 @@ exact match. The decoding (greedy, beam search) is tested in test_encoder_decode
 import pytest
 import torch
 
-from transformer_lib.encoder_decoder import EncoderDecoder, Seq2SeqConfig
+from transformer_lib.config import Seq2SeqConfig
+from transformer_lib.encoder_decoder import EncoderDecoder
 from transformer_lib.seq2seq import (
     MAX_NUMBER,
     Seq2SeqVocab,

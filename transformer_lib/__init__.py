@@ -26,12 +26,12 @@ from transformer_lib.block import (
 from transformer_lib.config import (
     GPTConfig,
     GPT_PRESETS,
+    Seq2SeqConfig,
 )
 from transformer_lib.gpt import (
     GPT,
 )
 from transformer_lib.encoder_decoder import (
-    Seq2SeqConfig,
     EncoderDecoder,
     greedy_decode,
     beam_search,
@@ -75,8 +75,8 @@ __all__ = [
     "TransformerBlock",
     "GPTConfig",
     "GPT_PRESETS",
-    "GPT",
     "Seq2SeqConfig",
+    "GPT",
     "EncoderDecoder",
     "greedy_decode",
     "beam_search",

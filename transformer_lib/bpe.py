@@ -26,40 +26,32 @@ import os
 import pathlib
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from numbers import Integral
 from types import MappingProxyType
 
 import numpy as np
 import regex
+from torch import Tensor
 
-from transformer_lib._checks import check_choice, check_int, check_path
-from transformer_lib.data import _as_index_array, fetch
+from transformer_lib._checks import check_array, check_choice, check_int, check_path, check_tensor, describe
+from transformer_lib.data import fetch
 from transformer_lib.gpt2 import GPT2_REVISION
 from transformer_lib.utils import atomic_write
 
 
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-in for each of the 256 byte values.
-
-    The 188 bytes whose Latin-1 character is printable and not a space (``!`` to ``~``, ``¡`` to
-    ``¬`` and ``®`` to ``ÿ``) stand for themselves. The other 68 (control characters, the space,
-    the soft hyphen ``0xAD`` and so on) are mapped, in byte order, to the characters from ``U+0100``
-    on: the space ``0x20`` becomes ``Ġ`` (``U+0120``) and the newline ``0x0A`` becomes ``Ċ``
-    (``U+010A``). GPT-2's ``vocab.json`` and ``merges.txt`` spell every token with these characters,
-    so that each token is a printable string without whitespace.
+    """GPT-2's printable stand-in for each of the 256 byte values (``" "`` -> ``"Ġ"``, ``"\\n"`` -> ``"Ċ"``).
 
     Returns:
-        A new dict, byte value (0 to 255) -> one character; the 256 characters are distinct.
+        dict[int, str]: a new dict, byte value (0 to 255) -> one printable, non-space character, all distinct.
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    mapping = {b: chr(b) for b in printable}
-    others = [b for b in range(256) if b not in mapping]
-    mapping.update({b: chr(256 + i) for i, b in enumerate(others)})
-    return {b: mapping[b] for b in range(256)}
+    keep = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    others = [b for b in range(256) if b not in keep]  # mapped in order to U+0100, U+0101, ...
+    return {b: chr(b) if b in keep else chr(256 + others.index(b)) for b in range(256)}
 
 
-#: GPT-2's pre-tokenisation pattern (``regex`` syntax, needs the Unicode classes ``\p{L}`` and
-#: ``\p{N}``): English contractions; runs of letters, of digits and of other symbols, each with at
-#: most one space before it; runs of whitespace.
+#: GPT-2's pre-tokenisation pattern (``regex`` syntax): English contractions; runs of letters, of
+#: digits and of other symbols, each with at most one space before it; runs of whitespace.
 GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
@@ -69,14 +61,9 @@ def _compile_pattern(pattern, where: str) -> "regex.Pattern":
     if not isinstance(pattern, str):
         raise TypeError(f"{where}: pattern must be a str or a compiled regex pattern, got {type(pattern).__name__}")
     try:
-        return _compiled(pattern)
+        return regex.compile(pattern)  # regex keeps its own cache of compiled patterns
     except regex.error as err:
         raise ValueError(f"{where}: pattern is not a valid regular expression ({err}), got {pattern!r}") from None
-
-
-@functools.lru_cache(maxsize=32)
-def _compiled(pattern: str) -> "regex.Pattern":
-    return regex.compile(pattern)
 
 
 def _split(compiled: "regex.Pattern", text: str, where: str) -> list[str]:
@@ -103,18 +90,12 @@ def pretokenize(text: str, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN) 
     """Split a text into the chunks within which BPE merges; no merge crosses two chunks.
 
     Args:
-        text: the text.
-        pattern: a regular expression in the syntax of the ``regex`` package (a string or a
-            compiled pattern); its matches must cover the whole text. The default is GPT-2's,
-            :data:`GPT2_SPLIT_PATTERN`, which matches every possible string.
+        text (str): the text.
+        pattern (str | regex.Pattern): a ``regex`` pattern whose matches must cover the whole text
+            (else ``ValueError``); GPT-2's :data:`GPT2_SPLIT_PATTERN` by default.
 
     Returns:
-        The non-empty matches in order; ``"".join(pretokenize(text)) == text``.
-
-    Raises:
-        TypeError: if ``text`` is not a ``str`` or ``pattern`` is not a ``str`` or compiled pattern.
-        ValueError: if ``pattern`` does not compile, or leaves characters of ``text`` unmatched (the
-            message gives the first such position).
+        list[str]: the non-empty matches in order; ``"".join(pretokenize(text)) == text``.
     """
     if not isinstance(text, str):
         raise TypeError(f"pretokenize: text must be a str, got {type(text).__name__}")
@@ -122,18 +103,14 @@ def pretokenize(text: str, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN) 
 
 
 @functools.lru_cache(maxsize=64)
-def _special_regex(tokens: frozenset, capture: bool = False) -> "regex.Pattern":
-    """An alternation of the special tokens, longest first, so that a longer token wins."""
-    alternation = "|".join(regex.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t)))
-    return regex.compile(f"({alternation})" if capture else alternation)
+def _special_regex(tokens: frozenset) -> "regex.Pattern":
+    """A capturing alternation of the special tokens, longest first, so that a longer token wins."""
+    return regex.compile("(" + "|".join(regex.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))) + ")")
 
 
 def _check_special_list(special_tokens, where: str) -> tuple[str, ...]:
     if isinstance(special_tokens, str) or not isinstance(special_tokens, Sequence):
-        raise TypeError(
-            f"{where}: special_tokens must be a sequence of strings such as ['<|endoftext|>'], "
-            f"got {type(special_tokens).__name__}"
-        )
+        raise TypeError(f"{where}: special_tokens must be a sequence of strings, got {type(special_tokens).__name__}")
     for i, t in enumerate(special_tokens):
         if not isinstance(t, str) or not t:
             raise ValueError(f"{where}: special_tokens must hold non-empty strings, got {t!r} at position {i}")
@@ -158,55 +135,33 @@ def _merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]
 
 
 def train_bpe(
-    text: str,
-    vocab_size: int,
-    *,
-    pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN,
+    text: str, vocab_size: int, *, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN,
     special_tokens: Sequence[str] = (),
 ) -> list[tuple[bytes, bytes]]:
-    """Learn byte-level BPE merges from a text.
+    """Learn byte-level BPE merges from a text: repeatedly merge the most frequent adjacent pair.
 
-    The text is cut at every occurrence of a special token (no merge spans one), split into chunks
-    by ``pattern`` (see :func:`pretokenize`), and each distinct chunk is counted once, with its
-    frequency. Every chunk starts as its UTF-8 bytes. Each step takes the adjacent pair of tokens
-    with the largest count, summed over the chunks and weighted by their frequencies, and merges it
-    into one token in every chunk, scanning left to right (so ``a a a`` becomes ``aa a``). Ties go
-    to the pair with the smaller ids: bytes have their value as id, new tokens are numbered from 256
-    in the order they are created. Counts are updated incrementally: a merge touches only the chunks
-    that contain its pair.
-
-    Training stops when ``256 + new tokens + len(special_tokens) == vocab_size``, or earlier if
-    every chunk has become a single token. A merge whose result is already a token (``aa a`` and
-    ``a aa`` both spell ``aaa``) is kept but creates no token, so there can be more merges than new
-    tokens. Training is greedy: the merges learned for a smaller ``vocab_size`` are a prefix of
-    those learned for a larger one.
+    Merges stay within the chunks of :func:`pretokenize` and never span a special token; ties go to
+    the pair with the smaller ids. Training stops at ``vocab_size`` tokens or when no pair is left;
+    a merge that spells an existing token creates none, so there can be more merges than new tokens.
 
     Args:
-        text: the training text.
-        vocab_size: the size of the vocabulary, counting the 256 bytes and the special tokens.
-        pattern: the pre-tokenisation pattern, see :func:`pretokenize`.
-        special_tokens: the strings that will be special tokens, e.g. ``["<|endoftext|>"]``.
+        text (str): the training text.
+        vocab_size (int): the vocabulary size, counting the 256 bytes and the special tokens.
+        pattern (str | regex.Pattern): the pre-tokenisation pattern, see :func:`pretokenize`.
+        special_tokens (Sequence[str]): the special tokens, e.g. ``["<|endoftext|>"]``.
 
     Returns:
-        The merges in the order learned, each a pair ``(left, right)`` of token byte strings; pass
-        them to :class:`ByteBPETokenizer`.
-
-    Raises:
-        TypeError: if ``text`` is not a ``str``, ``vocab_size`` is not an int, ``special_tokens`` is
-            not a sequence of strings, or ``pattern`` has the wrong type.
-        ValueError: if ``vocab_size`` is smaller than ``256 + len(special_tokens)``, a special token
-            is empty or repeated, or ``pattern`` is invalid or leaves characters of ``text`` unmatched.
+        list[tuple[bytes, bytes]]: the merges ``(left, right)`` in the order learned.
     """
     where = "train_bpe"
     if not isinstance(text, str):
         raise TypeError(f"{where}: text must be a str, got {type(text).__name__}")
     specials = _check_special_list(special_tokens, where)
-    # At least 256 (the bytes) + the special tokens.
     vocab_size = check_int(where, "vocab_size", vocab_size, minimum=256 + len(specials))
     compiled = _compile_pattern(pattern, where)
 
     chunk_counts: Counter[str] = Counter()
-    for part in _special_regex(frozenset(specials)).split(text) if specials else [text]:
+    for part in _special_regex(frozenset(specials)).split(text)[::2] if specials else [text]:
         chunk_counts.update(_split(compiled, part, where))
     words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
     freqs = list(chunk_counts.values())
@@ -229,11 +184,9 @@ def train_bpe(
         if counts.get(pair) != -neg_count:
             continue  # a stale entry: the count changed after it was pushed
         left, right = token_bytes[pair[0]], token_bytes[pair[1]]
-        new_id = token_ids.get(left + right)
-        if new_id is None:
-            new_id = len(token_bytes)
+        new_id = token_ids.setdefault(left + right, len(token_bytes))  # an existing token keeps its id
+        if new_id == len(token_bytes):
             token_bytes.append(left + right)
-            token_ids[left + right] = new_id
         merges.append((left, right))
         changed: set[tuple[int, int]] = set()
         for w in where_pair.pop(pair):
@@ -244,8 +197,7 @@ def train_bpe(
                 counts[p] -= f
             for p in new_pairs:
                 counts[p] = counts.get(p, 0) + f
-            changed.update(old_pairs)
-            changed.update(new_pairs)
+            changed.update(old_pairs, new_pairs)
             for p in set(old_pairs).difference(new_pairs):
                 if p != pair:
                     where_pair[p].discard(w)
@@ -282,50 +234,21 @@ def _describe_tokens(tokens, limit: int = 5) -> str:
 class ByteBPETokenizer:
     """A byte-level BPE tokenizer: a pre-tokenisation split, then merges applied in rank order.
 
-    :meth:`encode` cuts the text at the allowed special tokens, splits the rest into chunks with
-    ``pattern`` (see :func:`pretokenize`), starts each chunk from its UTF-8 bytes and applies the
-    merges, lowest rank (earliest in ``merges``) first. Every text can be encoded, since every byte
-    is a token. :meth:`decode` concatenates the tokens' bytes.
-
-    Ids: by default ``0..255`` are the bytes (id ``b`` is the byte ``b``), then one id per new token
-    made by ``merges``, in merge order, then the special tokens in the order given. Pass ``vocab``
-    (and special tokens as a mapping) for another layout, such as GPT-2's. Either way the ids run
-    from 0 to ``vocab_size - 1`` without gaps.
-
     Args:
-        merges: the merges in rank order, each a pair ``(left, right)`` of token byte strings, e.g.
-            from :func:`train_bpe`. Each side is a single byte or made by a merge: by an earlier one
-            when ``vocab`` is ``None`` (the ids follow the merges), by any one otherwise (as Hugging
-            Face's tokenizers accept). No pair may repeat.
-        special_tokens: strings that encode to one id each and take part in no merge, e.g.
-            ``["<|endoftext|>"]``: a sequence (ids after the regular tokens, in order) or a mapping
-            from string to id.
-        vocab: token bytes -> id for the regular tokens, which are exactly the 256 single bytes and
-            the results of the merges. ``None`` numbers them as described above.
-        pattern: the pre-tokenisation pattern, :data:`GPT2_SPLIT_PATTERN` by default.
-
-    Raises:
-        TypeError: if an argument has the wrong type.
-        ValueError: if a merge uses a token that does not exist (before it, for ``vocab=None``) or
-            repeats a pair,
-            ``vocab`` lacks a token or has one that is neither a byte nor a merge result, a special
-            token is empty or repeated, or the ids are not exactly ``0..vocab_size - 1``.
-
-    Example:
-        >>> tok = ByteBPETokenizer([(b"a", b"a"), (b"a", b"b"), (b"aa", b"ab")])
-        >>> tok.encode("aaabdaaabac")
-        [258, 100, 258, 97, 99]
-        >>> tok.decode([258, 99])
-        'aaabc'
+        merges (Sequence[tuple[bytes, bytes]]): the merges in rank order, e.g. from
+            :func:`train_bpe`; each side a byte or made by a merge (an earlier one if ``vocab`` is
+            ``None``); no pair repeated.
+        special_tokens (Sequence[str] | Mapping[str, int]): strings that encode to one id each and
+            are never merged: a sequence (ids after the regular tokens) or a mapping to ids.
+        vocab (Mapping[bytes, int] | None): token bytes -> id for exactly the 256 bytes and the merge
+            results; ``None``: bytes ``0..255``, then new tokens in merge order. All ids together
+            must be ``0..vocab_size - 1``.
+        pattern (str | regex.Pattern): the pre-tokenisation pattern, :data:`GPT2_SPLIT_PATTERN`.
     """
 
     def __init__(
-        self,
-        merges: Sequence[tuple[bytes, bytes]],
-        *,
-        special_tokens: Sequence[str] | Mapping[str, int] = (),
-        vocab: Mapping[bytes, int] | None = None,
-        pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN,
+        self, merges: Sequence[tuple[bytes, bytes]], *, special_tokens: Sequence[str] | Mapping[str, int] = (),
+        vocab: Mapping[bytes, int] | None = None, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN,
     ):
         where = "ByteBPETokenizer"
         self._pattern = _compile_pattern(pattern, where)
@@ -335,26 +258,19 @@ class ByteBPETokenizer:
             if not (isinstance(m, (tuple, list)) and len(m) == 2 and all(isinstance(t, bytes) for t in m)):
                 raise TypeError(f"{where}: merges[{rank}] must be a pair of bytes objects, got {m!r}")
         merged_ids: dict[bytes, int] = {bytes([b]): b for b in range(256)}  # the default layout
-        every_token = set(merged_ids) | {bytes(a) + bytes(b) for a, b in merges}
+        # Our ids need each token made before it is used; a given vocab only needs it to exist.
+        known = merged_ids if vocab is None else set(merged_ids) | {a + b for a, b in merges}
         pairs: dict[tuple[bytes, bytes], int] = {}
         for rank, (left, right) in enumerate(merges):
-            left, right = bytes(left), bytes(right)
             for side in (left, right):
-                # Our ids need each token made before it is used; a given vocab only needs it to exist.
-                if vocab is None and side not in merged_ids:
+                if side not in known:
                     raise ValueError(
                         f"{where}: merges[{rank}] = {(left, right)!r} uses {side!r}, which is not a token "
-                        f"before this merge (neither a single byte nor made by merges[0:{rank}])"
-                    )
-                if side not in every_token:
-                    raise ValueError(
-                        f"{where}: merges[{rank}] = {(left, right)!r} uses {side!r}, which is neither a "
-                        "single byte nor made by any merge"
+                        + (f"before this merge (neither a byte nor made by merges[0:{rank}])" if vocab is None
+                           else "(neither a byte nor made by any merge)")
                     )
             if (left, right) in pairs:
-                raise ValueError(
-                    f"{where}: merges[{rank}] = {(left, right)!r} repeats merges[{pairs[left, right]}]"
-                )
+                raise ValueError(f"{where}: merges[{rank}] = {(left, right)!r} repeats merges[{pairs[left, right]}]")
             pairs[left, right] = rank
             merged_ids.setdefault(left + right, len(merged_ids))
         self._merges = tuple(pairs)
@@ -363,11 +279,11 @@ class ByteBPETokenizer:
             self._vocab = merged_ids
         else:
             if not isinstance(vocab, Mapping):
-                raise TypeError(f"{where}: vocab must be a mapping of bytes to int, or None, got {type(vocab).__name__}")
-            for t, i in vocab.items():
+                raise TypeError(f"{where}: vocab must be a mapping of bytes to int or None, got {type(vocab).__name__}")
+            for t in vocab:
                 if not isinstance(t, bytes):
                     raise TypeError(f"{where}: vocab must map bytes to int, got the key {t!r}")
-                check_int(where, f"vocab[{t!r}]", i, minimum=0)
+            self._vocab = {t: check_int(where, f"vocab[{t!r}]", i, minimum=0) for t, i in vocab.items()}
             missing = [t for t in merged_ids if t not in vocab]
             extra = [t for t in vocab if t not in merged_ids]
             if missing or extra:
@@ -377,13 +293,10 @@ class ByteBPETokenizer:
                     + ("; " if missing and extra else "")
                     + (f"it has {len(extra)} others: {_describe_tokens(extra)}" if extra else "")
                 )
-            self._vocab = {t: int(i) for t, i in vocab.items()}
 
         if isinstance(special_tokens, Mapping):
             names = _check_special_list(list(special_tokens), where)
-            for t in names:
-                check_int(where, f"special_tokens[{t!r}]", special_tokens[t], minimum=0)
-            self._special = {t: int(special_tokens[t]) for t in names}
+            self._special = {t: check_int(where, f"special_tokens[{t!r}]", special_tokens[t], minimum=0) for t in names}
         else:
             names = _check_special_list(special_tokens, where)
             first = max(self._vocab.values()) + 1
@@ -411,11 +324,7 @@ class ByteBPETokenizer:
 
     @classmethod
     def train(
-        cls,
-        text: str,
-        vocab_size: int,
-        *,
-        special_tokens: Sequence[str] = (),
+        cls, text: str, vocab_size: int, *, special_tokens: Sequence[str] = (),
         pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN,
     ) -> "ByteBPETokenizer":
         """A tokenizer with merges learned by :func:`train_bpe`; arguments and errors as there."""
@@ -482,41 +391,22 @@ class ByteBPETokenizer:
             self._cache[chunk] = ids
         return ids
 
-    def _encode_ordinary(self, text: str) -> list[int]:
-        ids: list[int] = []
-        for chunk in _split(self._pattern, text, "ByteBPETokenizer.encode"):
-            ids.extend(self._encode_chunk(chunk))
-        return ids
-
     def encode(
-        self,
-        text: str,
-        *,
-        allowed_special: "str | Collection[str]" = frozenset(),
+        self, text: str, *, allowed_special: "str | Collection[str]" = frozenset(),
         disallowed_special: "str | Collection[str]" = "all",
     ) -> list[int]:
-        """The token ids of a text.
-
-        Special tokens follow tiktoken's rule. An occurrence in ``text`` of a special token in
-        ``allowed_special`` becomes its id. One in ``disallowed_special`` (by default every special
-        token that is not allowed) raises ``ValueError``, since text from users or the web may
-        contain the literal string, which must not turn into a control token silently. Special
-        tokens in neither set are encoded as ordinary text, byte by byte and merged.
+        """The token ids of a text; special tokens follow tiktoken's rule.
 
         Args:
-            text: any string.
-            allowed_special: ``"all"`` or a collection of special tokens; empty by default.
-            disallowed_special: ``"all"`` (every special token not allowed) or a collection of
-                special tokens; pass ``()`` to encode special-token strings as ordinary text.
+            text (str): any string.
+            allowed_special (str | Collection[str]): ``"all"`` or the special tokens that become
+                their ids; none by default.
+            disallowed_special (str | Collection[str]): the special tokens whose occurrence raises
+                ``ValueError``; ``"all"`` (default): every one not allowed; ``()``: none, so they are
+                encoded as ordinary text.
 
         Returns:
-            The ids, a list of ints in ``[0, vocab_size)``.
-
-        Raises:
-            TypeError: if ``text`` is not a ``str`` or a special-token argument has the wrong type.
-            ValueError: if ``text`` contains a disallowed special token (the message names it and its
-                position), a special-token argument names a string that is not a special token, or the
-                pattern leaves characters unmatched.
+            list[int]: the ids, in ``[0, vocab_size)``.
         """
         if not isinstance(text, str):
             raise TypeError(f"ByteBPETokenizer.encode: text must be a str, got {type(text).__name__}")
@@ -534,88 +424,67 @@ class ByteBPETokenizer:
                     f"encode it as its id {self._special[m.group()]}, or disallowed_special=() to encode "
                     "it as ordinary text"
                 )
-        if not allowed:
-            return self._encode_ordinary(text)
         ids: list[int] = []
-        for k, part in enumerate(_special_regex(frozenset(allowed), capture=True).split(text)):
+        for k, part in enumerate(_special_regex(frozenset(allowed)).split(text) if allowed else [text]):
             if k % 2:
                 ids.append(self._special[part])
-            elif part:
-                ids.extend(self._encode_ordinary(part))
+            else:
+                for chunk in _split(self._pattern, part, "ByteBPETokenizer.encode"):
+                    ids.extend(self._encode_chunk(chunk))
         return ids
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes spelled by a sequence of ids (a special token gives its UTF-8 bytes).
 
         Args:
-            ids: ``(N,)`` integer ids in ``[0, vocab_size)``: a list or tuple of ints, a 1-D NumPy
-                integer array or a 1-D integer tensor.
+            ids (list[int] | tuple[int, ...] | np.ndarray | Tensor): ``(N,)`` ids in ``[0, vocab_size)``.
 
         Returns:
-            The concatenated bytes of the tokens.
-
-        Raises:
-            TypeError: if ``ids`` is not one of those types or holds something other than integers.
-            ValueError: if ``ids`` is not 1-D or holds an id outside ``[0, vocab_size)``; the message
-                names the id, its position and the valid range.
+            bytes: the tokens' bytes, concatenated.
         """
         where = "ByteBPETokenizer.decode"
-        arr = _as_index_array(ids, where)
-        bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
-        if bad.size:
-            listed = ", ".join(f"{arr[i]} at position {i}" for i in bad[:5].tolist())
+        if isinstance(ids, Tensor):
+            ids = check_tensor(where, "ids", ids, ndim=1).tolist()
+        elif isinstance(ids, np.ndarray):
+            ids = check_array(where, "ids", ids, ndim=1).tolist()
+        elif not isinstance(ids, (list, tuple)):
+            raise TypeError(f"{where}: ids must be a list, tuple, array or tensor of ints, got {type(ids).__name__}")
+        for k, v in enumerate(ids):
+            if isinstance(v, bool) or not isinstance(v, Integral):
+                raise TypeError(f"{where}: ids must hold ints, got ids[{k}]={describe(v)} ({type(v).__name__})")
+        bad = [(k, v) for k, v in enumerate(ids) if not 0 <= v < self.vocab_size]
+        if bad:
+            listed = ", ".join(f"{v} at position {k}" for k, v in bad[:5]) + (", ..." if len(bad) > 5 else "")
             raise ValueError(
                 f"{where}: ids must lie in [0, {self.vocab_size - 1}] for vocab_size={self.vocab_size}, "
-                f"got {bad.size} invalid id{'s' if bad.size > 1 else ''}: {listed}"
-                + (", ..." if bad.size > 5 else "")
+                f"got {len(bad)} invalid id{'s' if len(bad) > 1 else ''}: {listed}"
             )
-        return b"".join(map(self._decoder.__getitem__, arr.tolist()))
+        return b"".join(map(self._decoder.__getitem__, ids))
 
     def decode(self, ids, *, errors: str = "replace") -> str:
-        """The text spelled by a sequence of ids.
-
-        A slice of ids can end, or start, inside a multi-byte character, and such bytes are not
-        valid UTF-8. With ``errors="replace"`` (the default, as in GPT-2) each invalid sequence
-        becomes the replacement character ``U+FFFD``; ``errors="strict"`` raises instead.
-        ``decode(encode(text)) == text`` for every string.
+        """The text spelled by a sequence of ids; ``decode(encode(text)) == text``.
 
         Args:
-            ids: as for :meth:`decode_bytes`.
-            errors: how to treat invalid UTF-8, as for ``bytes.decode``: ``"replace"``, ``"strict"``,
-                ``"ignore"`` or ``"backslashreplace"``.
+            ids (list[int] | tuple[int, ...] | np.ndarray | Tensor): as for :meth:`decode_bytes`.
+            errors (str): for invalid UTF-8 (a slice that cuts a character), as in ``bytes.decode``:
+                ``"replace"`` (default, U+FFFD as in GPT-2), ``"strict"``, ``"ignore"`` or ``"backslashreplace"``.
 
         Returns:
-            The text.
-
-        Raises:
-            TypeError: see :meth:`decode_bytes`.
-            ValueError: see :meth:`decode_bytes`; also if ``errors`` is not one of the names above.
-            UnicodeDecodeError: with ``errors="strict"``, if the bytes are not valid UTF-8.
+            str: the text.
         """
         check_choice("ByteBPETokenizer.decode", "errors", errors, ("replace", "strict", "ignore", "backslashreplace"))
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
     def save(self, path: "str | os.PathLike") -> tuple[pathlib.Path, pathlib.Path]:
-        """Write the tokenizer into the directory ``path``, in GPT-2's format: ``vocab.json`` and ``merges.txt``.
+        """Write ``vocab.json`` and ``merges.txt`` (GPT-2's format, each atomically) into a directory.
 
-        ``vocab.json`` maps each token, spelled with :func:`bytes_to_unicode`, to its id; a special
-        token appears as itself. ``merges.txt`` has the line ``#version: 0.2`` and then one merge per
-        line, in rank order, as the two tokens' spellings separated by a space. Hugging Face's
-        ``GPT2Tokenizer`` reads the pair, and :meth:`load` reads it back. The pattern is not stored
-        (the format assumes GPT-2's). Each file is written atomically
-        (:func:`~transformer_lib.utils.atomic_write`): a reader sees the old file or the new one.
+        Tokens are spelled with :func:`bytes_to_unicode`; the pattern is not stored.
 
         Args:
-            path: the directory to write into; created if needed; existing files of those names are
-                replaced.
+            path (str | os.PathLike): the directory, created if needed.
 
         Returns:
-            The paths of ``vocab.json`` and ``merges.txt``.
-
-        Raises:
-            TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
-            NotADirectoryError: if ``path`` is an existing file.
-            ValueError: if a special token is spelled like a regular token in that format.
+            tuple[pathlib.Path, pathlib.Path]: the paths of ``vocab.json`` and ``merges.txt``.
         """
         where = "ByteBPETokenizer.save"
         directory = check_path(where, "path", path)
@@ -641,42 +510,26 @@ class ByteBPETokenizer:
 
     @classmethod
     def from_gpt2_files(
-        cls,
-        vocab_json: "str | os.PathLike",
-        merges_txt: "str | os.PathLike",
-        *,
+        cls, vocab_json: "str | os.PathLike", merges_txt: "str | os.PathLike", *,
         pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN,
     ) -> "ByteBPETokenizer":
         """Read a tokenizer from GPT-2's file format (see :meth:`save`), keeping the files' ids.
 
-        A ``vocab.json`` entry that is neither a single byte nor the result of a merge is a special
-        token, such as GPT-2's ``"<|endoftext|>"`` (id 50256).
+        A ``vocab.json`` entry that is neither a byte nor a merge result is a special token.
 
         Args:
-            vocab_json: the path of ``vocab.json``.
-            merges_txt: the path of ``merges.txt``.
-            pattern: the pre-tokenisation pattern; GPT-2's by default.
+            vocab_json (str | os.PathLike): the path of ``vocab.json``.
+            merges_txt (str | os.PathLike): the path of ``merges.txt``.
+            pattern (str | regex.Pattern): the pre-tokenisation pattern; GPT-2's by default.
 
         Returns:
-            The tokenizer, with the ids of ``vocab_json``.
-
-        Raises:
-            TypeError: if a path is not a ``str`` or ``os.PathLike``.
-            FileNotFoundError: if a file does not exist.
-            IsADirectoryError: if a path is a directory.
-            ValueError: if a file is malformed (the message names the file, and the line of
-                ``merges.txt``), or the two files do not fit together (see :class:`ByteBPETokenizer`).
+            ByteBPETokenizer: the tokenizer, with the ids of ``vocab_json``.
         """
         where = "ByteBPETokenizer.from_gpt2_files"
         vocab_json = check_path(where, "vocab_json", vocab_json, kind="file")
         merges_txt = check_path(where, "merges_txt", merges_txt, kind="file")
         u2b = {c: b for b, c in bytes_to_unicode().items()}
-
-        def to_bytes(s: str) -> bytes | None:
-            try:
-                return bytes(u2b[c] for c in s)
-            except KeyError:
-                return None
+        to_bytes = lambda s: bytes(u2b[c] for c in s) if all(c in u2b for c in s) else None
 
         merges = []
         lines = merges_txt.read_text(encoding="utf-8").split("\n")
@@ -709,21 +562,14 @@ class ByteBPETokenizer:
 
     @classmethod
     def load(cls, path: "str | os.PathLike", *, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN) -> "ByteBPETokenizer":
-        """Read ``vocab.json`` and ``merges.txt`` from the directory ``path``; see :meth:`from_gpt2_files`.
+        """Read ``vocab.json`` and ``merges.txt`` from a directory; see :meth:`from_gpt2_files`.
 
         Args:
-            path: the directory that :meth:`save` wrote, or any directory holding the two files
-                (a Hugging Face GPT-2 checkpoint, for example).
-            pattern: the pre-tokenisation pattern; GPT-2's by default.
+            path (str | os.PathLike): a directory written by :meth:`save`, or a GPT-2 checkpoint's.
+            pattern (str | regex.Pattern): the pre-tokenisation pattern; GPT-2's by default.
 
         Returns:
-            The tokenizer.
-
-        Raises:
-            TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
-            FileNotFoundError: if the directory or a file in it is missing.
-            NotADirectoryError: if ``path`` is a file.
-            ValueError: see :meth:`from_gpt2_files`.
+            ByteBPETokenizer: the tokenizer.
         """
         directory = check_path("ByteBPETokenizer.load", "path", path, kind="dir")
         return cls.from_gpt2_files(directory / "vocab.json", directory / "merges.txt", pattern=pattern)
@@ -744,25 +590,15 @@ GPT2_END_OF_TEXT = "<|endoftext|>"
 def load_gpt2_tokenizer(path: "str | os.PathLike | None" = None) -> ByteBPETokenizer:
     """GPT-2's own tokenizer, from its ``vocab.json`` and ``merges.txt``, verified by checksum.
 
-    The two files are found by :func:`~transformer_lib.data.fetch` under the names
-    ``"gpt2-vocab.json"`` and ``"gpt2-merges.txt"``: in ``path``, else ``$TRANSFORMER_LIB_DATA``,
-    else the cache, else downloaded from ``GPT2_VOCAB_URL`` and ``GPT2_MERGES_URL`` (1.5 MB). Their
-    digests must be ``GPT2_VOCAB_SHA256`` and ``GPT2_MERGES_SHA256``.
+    The files ``gpt2-vocab.json`` and ``gpt2-merges.txt`` are found by
+    :func:`~transformer_lib.data.fetch`: in ``path``, else ``$TRANSFORMER_LIB_DATA``, else the cache,
+    else downloaded (1.5 MB); ``ConnectionError`` if that fails.
 
     Args:
-        path: a directory holding ``gpt2-vocab.json`` and ``gpt2-merges.txt``.
+        path (str | os.PathLike | None): a directory holding the two files.
 
     Returns:
-        The tokenizer: 50,257 tokens with GPT-2's ids, ``"<|endoftext|>"`` = 50256 the only special
-        token. For example ``encode("Hello world") == [15496, 995]``.
-
-    Raises:
-        TypeError: if ``path`` is not a ``str``, ``os.PathLike`` or ``None``.
-        NotADirectoryError: if ``path`` is a file.
-        ValueError: if a file's digest differs from the pinned one.
-        FileNotFoundError: if ``path`` is not an existing directory, or ``path`` or
-            ``$TRANSFORMER_LIB_DATA`` is set but a file is not there.
-        ConnectionError: if a download fails (for example offline).
+        ByteBPETokenizer: 50,257 tokens with GPT-2's ids; ``"<|endoftext|>"`` (50256) is special.
     """
     if path is not None:
         path = check_path("load_gpt2_tokenizer", "path", path, kind="dir")

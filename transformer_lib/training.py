@@ -35,7 +35,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -68,19 +67,12 @@ def cross_entropy(
 
     Args:
         logits: (N, V) or (B, T, V) float tensor of unnormalised scores.
-        targets: (N,) or (B, T) int64 tensor of ids in ``[0, V)``, the shape of ``logits``
-            without its last dimension; positions equal to ``ignore_index`` are left out.
+        targets: (N,) or (B, T) int64 ids in ``[0, V)``; positions equal to ``ignore_index`` are left out.
         ignore_index: the target value that marks a position to ignore.
-        label_smoothing: ``epsilon`` in [0, 1]; the target distribution is
-            ``(1 - epsilon) * onehot(y) + epsilon / V``.
+        label_smoothing: ``epsilon`` in [0, 1]; the targets become ``(1 - epsilon) * onehot(y) + epsilon / V``.
 
     Returns:
-        A 0-d tensor in the dtype of ``logits``: the mean loss over the positions that are not
-        ignored (NaN if every position is ignored, as in PyTorch).
-
-    Raises:
-        TypeError: if ``logits`` is not a float tensor or ``targets`` not an int64 tensor.
-        ValueError: if the shapes do not match or ``label_smoothing`` is outside [0, 1].
+        0-d tensor in ``logits.dtype``: the mean over the kept positions (NaN if none, as in PyTorch).
     """
     where = "cross_entropy"
     check_tensor(where, "logits", logits, ndim=(2, 3), floating=True)
@@ -109,25 +101,14 @@ def _check_betas(where: str, betas) -> tuple[float, float]:
 
 
 class AdamW(torch.optim.Optimizer):
-    """Adam with decoupled weight decay (Loshchilov and Hutter), as ``torch.optim.AdamW``.
-
-    Per parameter with gradient ``g`` at step ``t`` (counted from 1): ``p -= lr * weight_decay * p``;
-    ``m = beta1 * m + (1 - beta1) * g``; ``v = beta2 * v + (1 - beta2) * g**2``;
-    ``p -= lr / (1 - beta1**t) * m / (sqrt(v / (1 - beta2**t)) + eps)``. The state of each
-    parameter holds ``step`` (an int), ``exp_avg`` (``m``) and ``exp_avg_sq`` (``v``), tensors of
-    the parameter's shape, so ``state_dict()`` and ``load_state_dict()`` work as for PyTorch's
-    optimizers.
+    """Adam with decoupled weight decay: the update and the per-parameter state of ``torch.optim.AdamW``.
 
     Args:
-        params: an iterable of parameters, or of dicts defining parameter groups (each may set its
-            own ``lr``, ``betas``, ``eps`` and ``weight_decay``).
+        params: parameters, or dicts of parameter groups (each may set the hyperparameters below).
         lr: learning rate (>= 0).
         betas: ``(beta1, beta2)``, each in [0, 1).
         eps: added to the denominator for numerical stability (>= 0).
         weight_decay: decoupled weight decay coefficient (>= 0).
-
-    Raises:
-        ValueError: if a hyperparameter is out of range.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
@@ -139,14 +120,7 @@ class AdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """Apply one update to every parameter that has a gradient.
-
-        Args:
-            closure: optional callable that re-evaluates the model and returns the loss.
-
-        Returns:
-            The closure's loss, or None.
-        """
+        """Update every parameter that has a gradient; returns ``closure()``'s loss if given, else None."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -174,23 +148,14 @@ class AdamW(torch.optim.Optimizer):
 
 
 def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Split a model's trainable parameters into a decayed and a non-decayed group (nanoGPT).
-
-    Parameters with two or more dimensions (weight matrices, embeddings) are decayed; biases and
-    normalisation gains (one dimension) are not. A tensor shared by several modules (a tied
-    embedding and output layer) appears once.
+    """Split the trainable parameters into a decayed group (2-D and more) and a non-decayed one (nanoGPT).
 
     Args:
-        model: the module whose parameters to group; those with ``requires_grad=False`` are left out.
+        model: the module; frozen parameters are left out, shared ones (tied embeddings) appear once.
         weight_decay: the decay of the first group (>= 0).
 
     Returns:
-        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]``,
-        ready for :class:`AdamW`.
-
-    Raises:
-        TypeError: if ``model`` is not an ``nn.Module``.
-        ValueError: if ``weight_decay`` is negative or not a number.
+        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"weight_decay_groups: model must be an nn.Module, got {type(model).__name__}")
@@ -204,26 +169,16 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def fused_adamw(params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                 weight_decay: float = 1e-2) -> torch.optim.Optimizer:
-    """The fastest AdamW available for ``params``: PyTorch's fused kernel, else :class:`AdamW`.
+    """``torch.optim.AdamW(fused=True)`` where PyTorch has the kernel for ``params``, else :class:`AdamW`.
 
-    ``torch.optim.AdamW(fused=True)`` computes the same update as :class:`AdamW` in one pass over
-    memory. It needs PyTorch >= 2.4 on a CPU (earlier on CUDA); where PyTorch refuses it for the
-    parameters' device or dtype, our :class:`AdamW` is returned. Create the optimizer after moving
-    the parameters to their device. Both keep the same per-parameter state, so the
-    ``state_dict()`` of either loads into the other.
+    Both keep the same state, so the ``state_dict()`` of either loads into the other. Create the
+    optimizer after moving the parameters to their device.
 
     Args:
-        params: an iterable of parameters, or of dicts defining parameter groups.
-        lr: learning rate (>= 0).
-        betas: ``(beta1, beta2)``, each in [0, 1).
-        eps: added to the denominator for numerical stability (>= 0).
-        weight_decay: decoupled weight decay coefficient (>= 0).
+        params, lr, betas, eps, weight_decay: as for :class:`AdamW`.
 
     Returns:
         A ``torch.optim.Optimizer``.
-
-    Raises:
-        ValueError: if a hyperparameter is out of range.
     """
     params = list(params)
 
@@ -240,21 +195,14 @@ def fused_adamw(params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.9
 def inverse_sqrt_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
     """The schedule of "Attention Is All You Need": linear warm-up, then ``1 / sqrt(step)`` decay.
 
-    ``scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)``; the peak is at
-    ``step == warmup_steps``.
-
     Args:
         step: the step, counted from 1.
         d_model: the model width (>= 1).
-        warmup_steps: the length of the warm-up (>= 1).
+        warmup_steps: the length of the warm-up (>= 1); the peak is at ``step == warmup_steps``.
         scale: a factor applied to the whole schedule (> 0).
 
     Returns:
-        The learning rate, a float.
-
-    Raises:
-        TypeError: if an integer argument is not an int.
-        ValueError: if ``step``, ``d_model`` or ``warmup_steps`` is below 1, or ``scale`` is not positive.
+        ``scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)``, a float.
     """
     w = "inverse_sqrt_lr"
     step, d_model = check_int(w, "step", step, minimum=1), check_int(w, "d_model", d_model, minimum=1)
@@ -266,12 +214,8 @@ def inverse_sqrt_lr(step: int, *, d_model: int, warmup_steps: int, scale: float 
 def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
     """Linear warm-up to ``max_lr``, then half a cosine down to ``min_lr`` (nanoGPT's ``get_lr``).
 
-    For ``step < warmup_steps`` the rate is ``max_lr * (step + 1) / (warmup_steps + 1)``; from
-    ``warmup_steps`` to ``max_steps`` it follows ``min_lr + 0.5 * (1 + cos(pi * r)) * (max_lr - min_lr)``
-    with ``r`` going from 0 to 1; after ``max_steps`` it stays at ``min_lr``.
-
     Args:
-        step: the step, counted from 0.
+        step: the step, counted from 0; from ``max_steps`` on the rate is ``min_lr``.
         max_lr: the peak rate (> 0).
         min_lr: the final rate, in [0, max_lr].
         warmup_steps: the length of the warm-up (>= 0).
@@ -279,10 +223,6 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, max
 
     Returns:
         The learning rate, a float.
-
-    Raises:
-        TypeError: if an argument has the wrong type.
-        ValueError: if an argument is out of range.
     """
     w = "cosine_lr"
     step, warmup_steps = check_int(w, "step", step, minimum=0), check_int(w, "warmup_steps", warmup_steps, minimum=0)
@@ -304,20 +244,14 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, max
 
 
 def clip_grad_norm_(parameters, max_norm: float) -> Tensor:
-    """Scale gradients in place so that their global L2 norm is at most ``max_norm``.
-
-    The gradients are multiplied by ``min(1, max_norm / (total_norm + 1e-6))``, as
-    ``torch.nn.utils.clip_grad_norm_`` does.
+    """Scale gradients in place by ``min(1, max_norm / (total_norm + 1e-6))``, as PyTorch's ``clip_grad_norm_``.
 
     Args:
         parameters: a tensor or an iterable of tensors; those without ``.grad`` are skipped.
-        max_norm: the largest allowed norm (> 0).
+        max_norm: the largest allowed global L2 norm (> 0).
 
     Returns:
-        The total norm of the gradients before clipping, a 0-d float tensor.
-
-    Raises:
-        ValueError: if ``max_norm`` is not a positive number.
+        The global norm of the gradients before clipping, a 0-d float tensor.
     """
     max_norm = check_float("clip_grad_norm_", "max_norm", max_norm, minimum=0.0, min_open=True)
     if isinstance(parameters, Tensor):
@@ -351,14 +285,8 @@ class TrainConfig(JSONConfig):
         checkpoint_interval: write a checkpoint every this many steps (>= 1), and at the end.
         seed: seed of the global RNG (fresh runs) and of the batch generators (>= 0).
         device: where to train, e.g. ``"cpu"``, ``"cuda"`` or a ``torch.device`` (stored as a str).
-        precision: ``"float32"``, or ``"bfloat16"`` for mixed precision: the forward pass runs
-            under ``torch.autocast`` with bfloat16, which rounds the inputs of matrix products to
-            bfloat16 and computes the loss in float32; the parameters, gradients and optimizer
-            state stay float32. Evaluations always run in float32.
-
-    Raises:
-        TypeError: if a field has the wrong type.
-        ValueError: if a field is out of range (the message names it).
+        precision: ``"float32"``, or ``"bfloat16"``: the training forward pass runs under
+            ``torch.autocast`` (bfloat16); parameters, gradients, optimizer state and evaluations stay float32.
     """
 
     max_steps: int = 2000
@@ -387,10 +315,8 @@ class TrainConfig(JSONConfig):
         for name in ("warmup_steps", "seed"):
             put(name, check_int(w, name, getattr(self, name), minimum=0))
         if self.warmup_steps >= self.max_steps:
-            raise ValueError(
-                f"{w}: warmup_steps must be < max_steps, got warmup_steps={self.warmup_steps} "
-                f"and max_steps={self.max_steps}"
-            )
+            raise ValueError(f"{w}: warmup_steps must be < max_steps, got warmup_steps={self.warmup_steps} "
+                             f"and max_steps={self.max_steps}")
         put("lr", check_float(w, "lr", self.lr, minimum=0.0, min_open=True))
         for name in ("min_lr", "weight_decay", "grad_clip"):
             put(name, check_float(w, name, getattr(self, name), minimum=0.0))
@@ -402,19 +328,7 @@ class TrainConfig(JSONConfig):
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "TrainConfig":
-        """The configuration of a named recipe of ``TRAIN_PRESETS``, with some fields replaced.
-
-        Args:
-            name: ``"shakespeare-baby"`` or ``"shakespeare-char"``.
-            **overrides: fields to change, e.g. ``max_steps=500``.
-
-        Returns:
-            A new, validated :class:`TrainConfig`.
-
-        Raises:
-            ValueError: if ``name`` is not a preset (the message lists them), or an override is
-                not a field or not valid.
-        """
+        """The recipe ``TRAIN_PRESETS[name]`` (``"shakespeare-baby"``, ...) with ``overrides`` replacing fields."""
         check_choice("TrainConfig.from_preset", "name", name, TRAIN_PRESETS)
         return cls.from_dict({**TRAIN_PRESETS[name], **overrides})
 
@@ -422,9 +336,7 @@ class TrainConfig(JSONConfig):
 #: Named training recipes for :meth:`TrainConfig.from_preset`: field name -> value; missing fields
 #: take the defaults of :class:`TrainConfig`.
 TRAIN_PRESETS: dict[str, dict] = {
-    # Chapter 10's CPU recipe for the baby GPT on Tiny Shakespeare, and the command line's defaults:
-    # a large peak rate and a short warm-up for a budget of a few thousand steps, a checkpoint at
-    # every evaluation.
+    # Chapter 10's CPU recipe for the baby GPT on Tiny Shakespeare, and the command line's defaults.
     "shakespeare-baby": dict(batch_size=12, lr=4e-3, min_lr=4e-5, warmup_steps=50, checkpoint_interval=250),
     # nanoGPT's config/train_shakespeare_char.py, for its shakespeare-char model on a GPU.
     "shakespeare-char": dict(max_steps=5000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100,
@@ -435,26 +347,19 @@ TRAIN_PRESETS: dict[str, dict] = {
 @torch.no_grad()
 def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size: int, iters: int,
                   generator: torch.Generator, device: str | torch.device) -> float:
-    """The mean loss of ``model`` over ``iters`` random batches of ``data``, in eval mode.
-
-    The model is put in eval mode (no dropout) and restored to the mode it was in, also when an
-    exception passes through.
+    """The mean loss of ``model`` over ``iters`` random batches of ``data``, in eval mode (then restored).
 
     Args:
-        model: a module called as ``model(x, y)`` returning ``(logits, loss)``, e.g. a :class:`GPT`.
+        model: called as ``model(x, y) -> (logits, loss)``, e.g. a :class:`GPT`.
         data: (N,) integer token ids.
         block_size: tokens per example.
         batch_size: examples per batch.
         iters: number of batches (>= 1).
-        generator: the generator that draws the batches (the global RNG is not used).
+        generator: the ``torch.Generator`` that draws the batches (the global RNG is not used).
         device: where to put the batches.
 
     Returns:
         The mean of the ``iters`` batch losses, a float.
-
-    Raises:
-        TypeError: if ``generator`` is not a ``torch.Generator``.
-        ValueError: if ``iters`` is below 1 (and as :func:`~transformer_lib.data.get_batch`).
     """
     iters = check_int("estimate_loss", "iters", iters, minimum=1)
     if not isinstance(generator, torch.Generator):
@@ -508,28 +413,19 @@ def _set_rng_states(states: dict, generator: torch.Generator) -> None:
 def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
                     model_config: GPTConfig, train_config: TrainConfig, generator: torch.Generator,
                     metrics: dict | None = None) -> None:
-    """Write a training checkpoint atomically.
+    """Write a training checkpoint atomically (a temporary file, then ``os.replace``).
 
-    One dict goes to disk: ``format`` (``CHECKPOINT_FORMAT``), ``model`` and ``optimizer`` (their
-    state dicts), ``step``, ``model_config`` and ``train_config`` (plain dicts), ``rng`` (the
-    states of PyTorch's global CPU generator, the CUDA generators, ``generator``, NumPy's and
-    Python's, as tensors, lists and numbers) and ``metrics``. The bytes are written to a temporary
-    file in the same directory, flushed and fsynced, then renamed onto ``path`` with ``os.replace``,
-    so ``path`` holds either the previous checkpoint or the complete new one, never a partial file.
+    The file holds one dict: ``format`` (``CHECKPOINT_FORMAT``), the ``model`` and ``optimizer``
+    state dicts, ``step``, both configurations as dicts, ``rng`` (the global PyTorch, CUDA, NumPy
+    and Python states and ``generator``'s) and ``metrics``.
 
     Args:
         path: the checkpoint file.
-        model: the model.
-        optimizer: its optimizer.
+        model, optimizer: the model and its optimizer.
         step: the number of optimizer steps taken (>= 0).
-        model_config: the model's configuration.
-        train_config: the training configuration.
+        model_config, train_config: the :class:`GPTConfig` and the :class:`TrainConfig`.
         generator: the generator that draws the training batches.
         metrics: optional dict of plain values (numbers, strings, lists, dicts).
-
-    Raises:
-        TypeError: if an argument has the wrong type.
-        ValueError: if ``step`` is negative.
     """
     w = "save_checkpoint"
     path = check_path(w, "path", path)
@@ -537,41 +433,27 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                  model_config=(model_config, GPTConfig), train_config=(train_config, TrainConfig),
                  generator=(generator, torch.Generator), metrics=(metrics, (dict, type(None))))
     step = check_int(w, "step", step, minimum=0)
-    checkpoint = {
-        "format": CHECKPOINT_FORMAT,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "step": step,
-        "model_config": model_config.to_dict(),
-        "train_config": train_config.to_dict(),
-        "rng": _rng_states(generator),
-        "metrics": metrics if metrics is not None else {},
-    }
+    checkpoint = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                  "step": step, "model_config": model_config.to_dict(), "train_config": train_config.to_dict(),
+                  "rng": _rng_states(generator), "metrics": metrics if metrics is not None else {}}
     atomic_write(path, lambda f: torch.save(checkpoint, f))  # a temporary file, then os.replace
 
 
 def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
                     generator: torch.Generator | None = None) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint` and restore what is given.
-
-    The file is read with ``torch.load(..., map_location="cpu", weights_only=True)``, which
-    accepts only tensors and plain Python values and never runs code from the file.
+    """Read a :func:`save_checkpoint` file (on the CPU, ``weights_only=True``: no code runs) and restore what is given.
 
     Args:
         path: the checkpoint file.
-        model: if given, receives the model state (``load_state_dict``, strict).
+        model: if given, receives the model state (strict).
         optimizer: if given, receives the optimizer state.
-        generator: if given, receives the batch generator's state; the global RNG states (PyTorch
-            CPU and CUDA, NumPy, Python) are then restored too, as when resuming a run.
+        generator: if given, receives its state, and the global RNGs (PyTorch, CUDA, NumPy, Python) theirs.
 
     Returns:
-        The checkpoint dict: ``step``, ``model_config``, ``train_config``, ``metrics`` and the states.
+        The checkpoint dict, as :func:`save_checkpoint` wrote it.
 
     Raises:
-        FileNotFoundError: if ``path`` does not exist.
-        TypeError: if ``model``, ``optimizer`` or ``generator`` has the wrong type.
-        ValueError: if the file cannot be read as a checkpoint (corrupt, or holding objects that
-            ``weights_only`` refuses), or its ``format`` marker is missing or different.
+        ValueError: if the file is corrupt, holds objects ``weights_only`` refuses, or lacks the format marker.
     """
     path = check_path("load_checkpoint", "path", path, kind="file")
     _check_types("load_checkpoint", model=(model, (nn.Module, type(None))),
@@ -580,21 +462,16 @@ def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.op
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError) as err:
+        reason = (str(err).strip() or type(err).__name__).splitlines()[0]
         if isinstance(err, pickle.UnpicklingError):  # PyTorch's long message suggests weights_only=False
             reason = "not a PyTorch file, or it holds objects other than tensors and plain Python values"
-        else:
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(
-            f"load_checkpoint: {os.fspath(path)} is not a transformer_lib checkpoint or corrupt "
-            f"(torch.load with weights_only=True refused it: {reason})"
-        ) from err
+        raise ValueError(f"load_checkpoint: {os.fspath(path)} is not a transformer_lib checkpoint or corrupt "
+                         f"(torch.load with weights_only=True refused it: {reason})") from err
     marker = checkpoint.get("format") if isinstance(checkpoint, dict) else None
     if marker != CHECKPOINT_FORMAT:
         found = "no format marker" if marker is None else f"format {marker!r}"
-        raise ValueError(
-            f"load_checkpoint: {os.fspath(path)} is not a transformer_lib checkpoint: expected format "
-            f"{CHECKPOINT_FORMAT!r}, found {found}"
-        )
+        raise ValueError(f"load_checkpoint: {os.fspath(path)} is not a transformer_lib checkpoint: expected format "
+                         f"{CHECKPOINT_FORMAT!r}, found {found}")
     if model is not None:
         model.load_state_dict(checkpoint["model"])
     if optimizer is not None:
@@ -616,66 +493,37 @@ RUN_FILE = "run.json"
 RUN_FORMAT = "transformer_lib.run/1"
 
 
-def _append_jsonl(path: Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def _rank_and_world_size() -> tuple[int, int]:
-    """``(rank, world_size)`` of the initialised default process group, or ``(0, 1)`` without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig, *, out_dir=None,
           resume: bool = False, progress: bool = True, stop_at: int | None = None,
           should_stop: Callable[[], bool] | None = None) -> list[dict]:
-    """Train a GPT with AdamW, a warm-up + cosine schedule and gradient clipping.
+    """Train a GPT with AdamW, a warm-up + cosine schedule and gradient clipping, resumable bit for bit.
 
-    Each step draws a batch of ``config.batch_size`` sequences of ``model.config.block_size``
-    tokens, computes the loss, back-propagates, clips the gradients to ``config.grad_clip`` and
-    updates. Every ``eval_interval`` steps and at the end, :func:`estimate_loss` runs on both
-    splits; with ``out_dir``, the result is appended to ``out_dir/metrics.jsonl`` (``METRICS_FILE``) as
-    ``{"step", "train_loss", "val_loss", "lr", "elapsed"}`` and ``out_dir/ckpt.pt`` (``CHECKPOINT_FILE``) is written every
-    ``checkpoint_interval`` steps and at the end. A resumed run continues bit for bit as the
-    uninterrupted run would have.
-
-    Distributed data parallel: if a ``torch.distributed`` process group is initialised (as under
-    ``torchrun``), the model is wrapped in ``DistributedDataParallel`` for the forward and backward
-    passes, so the gradients are averaged over the ranks. Every rank draws the same global batch of
-    ``config.batch_size * world_size`` sequences from the same seeded generator and trains on its
-    own slice of ``config.batch_size``; a single process with ``batch_size * world_size`` sees
-    the same global batch. The logged loss is the mean over the ranks. Only rank 0 evaluates,
-    shows the progress bar and writes files; its checkpoint holds the state of every rank.
+    Every ``eval_interval`` steps and at the end, :func:`estimate_loss` runs on both splits and, with
+    ``out_dir``, ``{"step", "train_loss", "val_loss", "lr", "elapsed"}`` is appended to ``METRICS_FILE``;
+    ``CHECKPOINT_FILE`` is written every ``checkpoint_interval`` steps and at the end. Under an
+    initialised ``torch.distributed`` process group (``torchrun``), the model is wrapped in
+    ``DistributedDataParallel``, every rank trains on its slice of the same global batch of
+    ``batch_size * world_size`` sequences, and only rank 0 evaluates and writes files.
 
     Args:
-        model: the model, moved to ``config.device``.
+        model: the :class:`GPT`, moved to ``config.device``.
         train_data: (N,) integer token ids to train on.
         val_data: (M,) integer token ids to evaluate on.
-        config: the training configuration.
-        out_dir: directory for ``metrics.jsonl`` and ``ckpt.pt`` (created if needed); None writes nothing.
-        resume: continue from ``out_dir/ckpt.pt`` (model, optimizer, step, RNG states).
+        config: the :class:`TrainConfig`.
+        out_dir: directory for ``METRICS_FILE`` and ``CHECKPOINT_FILE`` (created if needed); None writes nothing.
+        resume: continue from ``out_dir/CHECKPOINT_FILE`` (model, optimizer, step, RNG states).
         progress: show a tqdm progress bar with the loss and learning rate.
-        stop_at: stop after this many steps in total (< ``config.max_steps``), as an interruption
-            would; the learning-rate schedule is unchanged. None runs to ``config.max_steps``.
-        should_stop: called after every optimizer step; when it returns True, the run writes a
-            checkpoint (with ``out_dir``) and returns early, as with ``stop_at``. A signal handler
-            that sets a flag makes training interruptible. Under DDP the ranks stop together at
-            the first step at which any rank's ``should_stop`` returns True.
+        stop_at: stop after this many steps in total (<= ``config.max_steps``), as an interruption
+            would; the schedule is unchanged. None runs to ``config.max_steps``.
+        should_stop: called after every step; when it returns True the run writes a checkpoint and
+            returns early (under DDP, all ranks stop at the first step at which any rank's returns True).
 
     Returns:
-        One record ``{"step", "loss", "lr"}`` per optimizer step since step 0 (a resumed run
-        includes the records stored in its checkpoint).
+        One record ``{"step", "loss", "lr"}`` per optimizer step since step 0, resumed ones included.
 
     Raises:
-        TypeError: if ``model`` is not a :class:`GPT`, ``config`` not a :class:`TrainConfig`,
-            ``train_data`` or ``val_data`` not a tensor, ``should_stop`` neither callable nor None,
-            or another argument has the wrong type.
-        ValueError: if ``train_data`` or ``val_data`` is not 1-D, ``resume`` is set without
-            ``out_dir``, the checkpoint was written for another model configuration, or
-            ``stop_at`` is out of range.
-        FileNotFoundError: if ``resume`` is set and ``out_dir/ckpt.pt`` does not exist.
+        ValueError: if the checkpoint to resume was written for another model configuration.
+        FileNotFoundError: if ``resume`` is set and the checkpoint does not exist.
     """
     w = "train"
     _check_types(w, model=(model, GPT), config=(config, TrainConfig))
@@ -687,7 +535,8 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     end = config.max_steps if stop_at is None else check_int(w, "stop_at", stop_at, minimum=1, maximum=config.max_steps)
     if resume and out_dir is None:
         raise ValueError(f"{w}: resume=True needs out_dir, the directory holding {CHECKPOINT_FILE}")
-    rank, world = _rank_and_world_size()
+    ddp = dist.is_available() and dist.is_initialized()  # a process group, as under torchrun
+    rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
     writer = rank == 0 and out_dir is not None  # only rank 0 writes files
     if out_dir is not None:
         out_dir = check_path(w, "out_dir", out_dir)
@@ -701,10 +550,8 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     if resume:
         checkpoint = load_checkpoint(out_dir / CHECKPOINT_FILE)  # validate before restoring anything
         if checkpoint["model_config"] != model.config.to_dict():
-            raise ValueError(
-                f"{w}: {out_dir / CHECKPOINT_FILE} was written for model_config={checkpoint['model_config']}, "
-                f"not {model.config.to_dict()}"
-            )
+            raise ValueError(f"{w}: {out_dir / CHECKPOINT_FILE} was written for "
+                             f"model_config={checkpoint['model_config']}, not {model.config.to_dict()}")
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         _set_rng_states(checkpoint["rng"], generator)
@@ -731,7 +578,8 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         record = {"step": step, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
                   "elapsed": elapsed0 + time.perf_counter() - t0}
         if out_dir is not None:
-            _append_jsonl(out_dir / METRICS_FILE, record)
+            with open(out_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
 
     def checkpoint_now(step: int) -> None:
         metrics = {"history": history, "elapsed": elapsed0 + time.perf_counter() - t0}
