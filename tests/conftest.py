@@ -1,4 +1,4 @@
-"""Fixtures shared by the unit tests: a tiny configuration, a seeded model and a batch of ids."""
+"""Fixtures shared by the unit tests: a tiny configuration, a seeded model, a batch of ids and the reference KV cache."""
 
 import pytest
 import torch
@@ -25,3 +25,21 @@ def tiny_model(tiny_config):
 def token_ids(tiny_config):
     """A seeded (2, 8) int64 batch of ids below the tiny preset's vocabulary size."""
     return torch.randint(0, tiny_config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+
+
+class ConcatCache:
+    """The simplest KV cache: ``update(k, v)`` appends along the positions (dim 2) and returns all so far."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def update(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+
+@pytest.fixture
+def concat_cache():
+    """A factory of empty :class:`ConcatCache` objects, the reference cache of the attention tests."""
+    return ConcatCache

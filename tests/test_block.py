@@ -38,18 +38,6 @@ def n_params(module):
     return sum(p.numel() for p in module.parameters())
 
 
-class ConcatCache:
-    """The simplest cache: update(k, v) appends along the positions and returns everything so far."""
-
-    def __init__(self):
-        self.k = self.v = None
-
-    def update(self, k, v):
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
-
-
 # ---------------------------------------------------------------- layer_norm
 
 
@@ -556,13 +544,13 @@ def test_block_is_traceable_by_torch_export(norm_first):
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
-def test_block_with_kv_cache_in_pieces_equals_the_whole_sequence(norm_first):
+def test_block_with_kv_cache_in_pieces_equals_the_whole_sequence(norm_first, concat_cache):
     torch.manual_seed(0)
     block = TransformerBlock(D, H, norm_first=norm_first).double().eval()
     x = randn(B, T, D)
     with torch.no_grad():
         whole = block(x, is_causal=True)
-        cache = ConcatCache()
+        cache = concat_cache()
         pieces = [block(x[:, a:b], is_causal=True, kv_cache=cache) for a, b in ((0, 3), (3, 4), (4, 7))]
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=0, atol=ATOL[torch.float64])
     assert cache.k.shape == (B, H, T, D // H)

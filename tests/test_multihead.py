@@ -422,27 +422,15 @@ def test_forward_is_traceable_by_torch_export():
 # ---------------------------------------------------------------- kv_cache (chapter 12)
 
 
-class ConcatCache:
-    """The simplest cache: update(k, v) appends along the positions and returns everything so far."""
-
-    def __init__(self):
-        self.k = self.v = None
-
-    def update(self, k, v):
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
-
-
 PIECES = [(0, 4), (4, 5), (5, 7), (7, 8), (8, 11)]  # a prefix, single positions and blocks of 2 and 3
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_kv_cache_in_pieces_equals_causal_attention_over_the_whole(need_weights):
+def test_kv_cache_in_pieces_equals_causal_attention_over_the_whole(need_weights, concat_cache):
     m, _ = make_pair()
     x = torch.randn(B, 11, D_MODEL, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     whole, w_whole = m(x, is_causal=True, need_weights=True, average_attn_weights=False)
-    cache = ConcatCache()
+    cache = concat_cache()
     for a, b in PIECES:
         out, w = m(x[:, a:b], is_causal=True, kv_cache=cache, need_weights=need_weights, average_attn_weights=False)
         assert_close(out, whole[:, a:b], torch.float64)
@@ -452,7 +440,7 @@ def test_kv_cache_in_pieces_equals_causal_attention_over_the_whole(need_weights)
     assert cache.k.shape == (B, N_HEAD, 11, D_MODEL // N_HEAD)
 
 
-def test_kv_cache_with_an_attn_mask_and_key_padding_over_all_positions():
+def test_kv_cache_with_an_attn_mask_and_key_padding_over_all_positions(concat_cache):
     m, _ = make_pair()
     T = 11
     x = torch.randn(B, T, D_MODEL, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
@@ -460,26 +448,26 @@ def test_kv_cache_with_an_attn_mask_and_key_padding_over_all_positions():
     kpm = torch.zeros(B, T, dtype=torch.bool)
     kpm[1, 2] = True  # sequence 1 ignores its position 2 (never the first key, so no row is empty)
     whole, _ = m(x, attn_mask=allowed, key_padding_mask=kpm, is_causal=True)
-    cache = ConcatCache()
+    cache = concat_cache()
     for a, b in PIECES:
         out, _ = m(x[:, a:b], attn_mask=allowed[a:b, :b], key_padding_mask=kpm[:, :b], is_causal=True, kv_cache=cache)
         assert_close(out, whole[:, a:b], torch.float64)
 
 
-def test_kv_cache_without_is_causal_attends_to_every_stored_key():
+def test_kv_cache_without_is_causal_attends_to_every_stored_key(concat_cache):
     m, _ = make_pair()
     x = torch.randn(B, 6, D_MODEL, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    cache = ConcatCache()
+    cache = concat_cache()
     m(x[:, :4], kv_cache=cache)
     out, _ = m(x[:, 4:], kv_cache=cache)
     assert_close(out, m(x)[0][:, 4:], torch.float64)
 
 
-def test_kv_cache_with_cross_attention_is_refused():
+def test_kv_cache_with_cross_attention_is_refused(concat_cache):
     m = MultiHeadAttention(D_MODEL, N_HEAD)
     x, mem, _ = make_inputs(torch.float32)
     with pytest.raises(ValueError, match="MultiHeadAttention: kv_cache "):
-        m(x, mem, kv_cache=ConcatCache())
+        m(x, mem, kv_cache=concat_cache())
 
 
 # ---------------------------------------------------------------- bfloat16 on a CPU: the matmul path
