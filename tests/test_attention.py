@@ -431,8 +431,33 @@ ATTENTION_ERROR_CASES = {
     "scale zero": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": 0.0}), ValueError, "scale .*scale=0.0"),
     "scale infinite": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": float("inf")}), ValueError, "scale .*scale=inf"),
     "scale not number": (lambda q, k, v, to, wrong: ((q, k, v), {"scale": "1"}), TypeError, "scale must be a number"),
-    "E is zero": (lambda q, k, v, to, wrong: ((q[..., :0], k[..., :0], v), {}), ValueError, r"q and k .*\(E >= 1\)"),
+    "E is zero": (lambda q, k, v, to, wrong: ((q[..., :0], k[..., :0], v), {}), ValueError,
+                  r"q must not be empty, got q.shape=\(2, 5, 0\)"),
+    "no keys": (lambda q, k, v, to, wrong: ((q, k[:, :0], v[:, :0]), {}), ValueError,
+                r"k must not be empty, got k.shape=\(2, 0, 8\)"),
+    "no queries": (lambda q, k, v, to, wrong: ((q[:, :0], k, v), {}), ValueError, r"q must not be empty"),
+    "empty batch": (lambda q, k, v, to, wrong: ((q[:0], k[:0], v[:0]), {}), ValueError, r"q must not be empty"),
+    "+inf in float mask": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": to(inf_at(5, 7, (3, 2), float("inf")))}),
+                           ValueError, r"attn_mask must hold finite numbers or -inf .* got inf at index \(3, 2\)"),
+    "NaN in float mask": (lambda q, k, v, to, wrong: ((q, k, v), {"attn_mask": to(inf_at(5, 7, (0, 6), float("nan")))}),
+                          ValueError, r"attn_mask must hold finite numbers or -inf .* got nan at index \(0, 6\)"),
 }
+
+
+def test_attention_refuses_tensors_on_different_devices():
+    q, k, v = make_qkv(5, 7)
+    for fn in (scaled_dot_product_attention, lambda q, k, v, **kw: attention_weights(q, k, **kw)):
+        with pytest.raises(ValueError, match=r"must be on the same device, got q.device=cpu, k.device=meta"):
+            fn(q, k.to("meta"), v)
+        with pytest.raises(ValueError, match=r"attn_mask must be on the device of q, cpu, got attn_mask.device=meta"):
+            fn(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.bool, device="meta"))
+
+
+def inf_at(rows: int, cols: int, index: tuple[int, int], value: float) -> torch.Tensor:
+    """A float64 (rows, cols) additive mask of zeros with ``value`` at ``index``."""
+    mask = torch.zeros(rows, cols, dtype=torch.float64)
+    mask[index] = value
+    return mask
 
 BACKENDS = {
     "torch": (scaled_dot_product_attention, lambda t: t, np.zeros((5, 7)), "tensor", "ndarray"),
@@ -468,3 +493,71 @@ def test_dropout_p_bad_input(dropout_p, error, match):
     q, k, v = make_qkv(5, 7)
     with pytest.raises(error, match="scaled_dot_product_attention: " + match):
         scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+
+
+# ---------------------------------------------------------------- causality: a future input changes no earlier output
+
+
+def largest_change_before(attend, *, T=7, C=8, seed=0):
+    """Self-attention of a random (2, T, C) batch through ``attend(q, k, v)`` (fixed random projections).
+
+    Change the input at each position t in turn (another token) and return the largest change of an
+    output at a position < t. A causal function returns 0 up to rounding; a leak from the future
+    shows at 1e-3 or more.
+    """
+    g = torch.Generator().manual_seed(seed)
+    w_q, w_k, w_v = (torch.randn(C, n, generator=g, dtype=torch.float64) / C**0.5 for n in (4, 4, 5))
+    x = torch.randn(2, T, C, generator=g, dtype=torch.float64)
+    y = attend(x @ w_q, x @ w_k, x @ w_v)
+    worst = 0.0
+    for t in range(1, T):
+        changed = x.clone()
+        changed[:, t] = torch.randn(2, C, generator=g, dtype=torch.float64)
+        y_changed = attend(changed @ w_q, changed @ w_k, changed @ w_v)
+        worst = max(worst, (y_changed[:, :t] - y[:, :t]).abs().max().item())
+    return worst
+
+
+def _numpy(fn):
+    return lambda q, k, v: torch.from_numpy(fn(q.numpy(), k.numpy(), v.numpy()))
+
+
+CAUSAL_ATTENTION = {
+    "scaled_dot_product_attention(is_causal=True)": lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True),
+    "scaled_dot_product_attention(causal_mask)": lambda q, k, v: scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_mask(q.size(-2))
+    ),
+    "scaled_dot_product_attention(float causal mask)": lambda q, k, v: scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.zeros(q.size(-2), q.size(-2), dtype=q.dtype).masked_fill(~causal_mask(q.size(-2)), float("-inf"))
+    ),
+    "attention_weights(is_causal=True)": lambda q, k, v: attention_weights(q, k, is_causal=True),
+    "scaled_dot_product_attention_np(is_causal=True)": _numpy(
+        lambda q, k, v: scaled_dot_product_attention_np(q, k, v, is_causal=True)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CAUSAL_ATTENTION))
+def test_causal_attention_ignores_future_inputs(name):
+    assert largest_change_before(CAUSAL_ATTENTION[name]) <= 1e-12
+
+
+def _softmax_over_the_wrong_axis(q, k, v):
+    scores = (q @ k.transpose(-2, -1)) / q.size(-1) ** 0.5
+    scores = scores.masked_fill(~causal_mask(q.size(-2)), float("-inf"))
+    return softmax(scores, dim=-2) @ v  # normalises each column, over the queries
+
+
+MISTAKES = {
+    "softmax over the queries (wrong axis)": _softmax_over_the_wrong_axis,
+    "upper triangle (wrong triangle)": lambda q, k, v: scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_mask(q.size(-2)).T
+    ),
+    "no mask": scaled_dot_product_attention,
+}
+
+
+@pytest.mark.parametrize("name", list(MISTAKES))
+def test_causality_test_catches_the_classic_mistakes(name):
+    # The test of the tests: each mistaken version lets a future input change an earlier output.
+    assert largest_change_before(MISTAKES[name]) > 1e-3

@@ -119,6 +119,47 @@ def test_train_matches_naive_recount():
     assert len(fast) >= 120
 
 
+def replay(text, tok):
+    """Training's segmentation: every merge of ``tok``, in rank order, applied to every distinct chunk."""
+    seqs = {c: [tok.vocab[bytes([b])] for b in c.encode("utf-8")] for c in set(pretokenize(text))}
+    for left, right in tok.merges:
+        a, b, new_id = tok.vocab[left], tok.vocab[right], tok.vocab[left + right]
+        for c, s in seqs.items():
+            out, i = [], 0
+            while i < len(s):
+                if i + 1 < len(s) and (s[i], s[i + 1]) == (a, b):
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[c] = out
+    return seqs
+
+
+def test_encoding_a_training_chunk_reproduces_training(tok):
+    assert len({l + r for l, r in tok.merges}) == len(tok.merges)  # every merge made a new token
+    assert all(tok.encode(chunk) == seq for chunk, seq in replay(CORPUS, tok).items())
+
+
+@given(st.lists(st.sampled_from(["a", "b", "aa", "ab", "aab", "bba", "ba", " "]), min_size=1, max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_training_never_repeats_a_merge_result_so_encoding_reproduces_it(parts):
+    # Runs of one letter are where the left-to-right rule matters: a string still becomes a token once.
+    text = "".join(parts)
+    merges = train_bpe(text, 256 + 40)
+    assert len({l + r for l, r in merges}) == len(merges)
+    t = ByteBPETokenizer(merges)
+    assert all(t.encode(chunk) == seq for chunk, seq in replay(text, t).items())
+
+
+def test_a_merge_list_with_a_repeated_result_can_encode_unlike_training():
+    # (ab, c) and (a, bc) both spell abc; (abc, d) lies between them. Training leaves abc d, encoding abcd.
+    t = ByteBPETokenizer([(b"b", b"c"), (b"a", b"b"), (b"ab", b"c"), (b"abc", b"d"), (b"a", b"bc")])
+    assert t.vocab[b"abc"] == 258 and t.encode("abcd") == [259]
+    assert replay("abcd", t)["abcd"] == [258, 100]
+
+
 def test_merges_spelling_an_existing_token_share_its_id():
     # (aa, a) and (a, aa) both spell aaa: one id, 257, for both merges.
     tok = ByteBPETokenizer([(b"a", b"a"), (b"aa", b"a"), (b"a", b"aa")])
@@ -158,6 +199,11 @@ def test_train_errors():
         train_bpe("abc", 300, special_tokens=[EOT, EOT])
     with pytest.raises(ValueError, match="special_tokens must hold non-empty strings"):
         train_bpe("abc", 300, special_tokens=[""])
+    with pytest.raises(ValueError, match=r"train_bpe: text must hold only characters that UTF-8 can encode .*"
+                                         r"lone surrogate '\\udc80' \(U\+DC80\) at position 4"):
+        train_bpe("abc \udc80 d", 300)
+    with pytest.raises(ValueError, match=r"train_bpe: special_tokens\[1\] must hold only characters that UTF-8"):
+        train_bpe("abc", 300, special_tokens=[EOT, "<\ud800>"])
 
 
 # ---------------------------------------------------------------- encoding, decoding
@@ -269,6 +315,18 @@ def test_encode_errors(tok):
         tok.encode(b"abc")
 
 
+@pytest.mark.parametrize("text, position", [("a\ud800b", 1), ("\udfff", 0), ("hello world \ud83d", 12)])
+def test_encode_refuses_a_lone_surrogate_naming_its_position(tok, text, position):
+    """Python strings may hold half of a UTF-16 pair, which has no UTF-8 bytes (UnicodeEncodeError before)."""
+    c = text[position]
+    with pytest.raises(ValueError, match=rf"ByteBPETokenizer.encode: text must hold only characters that UTF-8 can "
+                                         rf"encode .*U\+{ord(c):04X}\) at position {position}"):
+        tok.encode(text)
+    with pytest.raises(ValueError, match=rf"at position {position + len(EOT)}"):
+        tok.encode(EOT + text, allowed_special="all")
+    assert tok.encode("a\U0001F600b") == tok.encode("a😀b")  # a proper pair is one character
+
+
 def test_constructor_errors():
     with pytest.raises(ValueError, match=r"merges\[0\] .* uses b'ab', which is not a token before this merge"):
         ByteBPETokenizer([(b"ab", b"c"), (b"a", b"b")])
@@ -339,6 +397,26 @@ def test_from_gpt2_files_errors(tok, tmp_path):
         ByteBPETokenizer.from_gpt2_files(vocab_path, tmp_path / "missing.txt")
     with pytest.raises(TypeError, match="vocab_json"):
         ByteBPETokenizer.from_gpt2_files(3, merges_path)
+
+
+def test_files_that_are_not_utf8_or_not_files_name_the_file(tok, tmp_path):
+    vocab_path, merges_path = tok.save(tmp_path / "tok")
+    good_vocab, good_merges = vocab_path.read_bytes(), merges_path.read_bytes()
+    merges_path.write_bytes(good_merges.replace("Ġ".encode(), b"\xc4", 1))  # a cut UTF-8 sequence
+    with pytest.raises(ValueError, match=r"ByteBPETokenizer.from_gpt2_files: .*tok/merges.txt is not UTF-8 text"):
+        ByteBPETokenizer.load(tmp_path / "tok")
+    merges_path.write_bytes(good_merges)
+    vocab_path.write_bytes(b"\xff\xfe" + good_vocab)
+    with pytest.raises(ValueError, match=r"ByteBPETokenizer.from_gpt2_files: .*tok/vocab.json is not UTF-8 text"):
+        ByteBPETokenizer.load(tmp_path / "tok")
+    vocab_path.write_text(json.dumps({"!": "zero"}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"from_gpt2_files: .*vocab.json and .*merges.txt do not make a tokenizer: "
+                                         r".*must be an int"):
+        ByteBPETokenizer.load(tmp_path / "tok")
+    vocab_path.unlink()
+    vocab_path.mkdir()
+    with pytest.raises(IsADirectoryError, match=r"from_gpt2_files: vocab_json must be a file, got the directory .*vocab.json"):
+        ByteBPETokenizer.load(tmp_path / "tok")
 
 
 def test_save_errors_and_atomic_files(tok, tmp_path):
@@ -470,6 +548,12 @@ def test_load_gpt2_tokenizer_path_errors(gpt2_like_files, tmp_path):
         load_gpt2_tokenizer(tmp_path / "empty")
     with pytest.raises(TypeError, match="load_gpt2_tokenizer: path"):
         load_gpt2_tokenizer(42)
+    (tmp_path / "dirs" / "gpt2-vocab.json").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match="fetch: path points to .*'gpt2-vocab.json' is a directory"):
+        load_gpt2_tokenizer(tmp_path / "dirs")
+    (gpt2_like_files / "gpt2-merges.txt").write_bytes(b"\xff\xfe not UTF-8")
+    with pytest.raises(ValueError, match="fetch: checksum mismatch for .*gpt2-"):  # a wrong file never gets parsed
+        load_gpt2_tokenizer(gpt2_like_files)
 
 
 def test_gpt2_constants():

@@ -1,12 +1,18 @@
-"""Tests of the command line (chapter 16): `python -m transformer_lib train`, in-process and as a process."""
+"""Tests of the command line (chapter 16): `python -m transformer_lib train|generate`, in-process and as a process.
+
+The bad invocations are one table (``CASES``): each row is an argv, a setup that prepares files, the
+exit status (2 bad arguments, 1 a failed run) and a fragment that the single stderr line must hold.
+"""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import pytest
 import torch
@@ -14,7 +20,18 @@ import torch
 import transformer_lib
 import transformer_lib.cli
 import transformer_lib.training
-from transformer_lib.cli import EXIT_INTERRUPTED, EXIT_USAGE, TRAIN_FLAGS, TRAIN_PRESET, build_parser, main
+from transformer_lib.cli import (
+    DEBUG_ENV,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    TRAIN_FLAGS,
+    TRAIN_PRESET,
+    CLIError,
+    UsageError,
+    build_parser,
+    main,
+)
 from transformer_lib.config import GPTConfig
 from transformer_lib.data import CharTokenizer
 from transformer_lib.gpt import GPT
@@ -35,9 +52,9 @@ FAST = ["--preset", "tiny", "--warmup-steps", "2", "--eval-interval", "4", "--no
         "--device", "cpu"]
 
 
-def cli(*args, timeout=120):
+def cli(*args, timeout=120, **kwargs):
     return subprocess.run([sys.executable, "-m", "transformer_lib", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, **kwargs)
 
 
 def run_main(capsys, *args) -> tuple[int, str, str]:
@@ -55,6 +72,7 @@ def data_file(tmp_path) -> Path:
 
 @pytest.fixture(scope="module")
 def _finished_run_template(tmp_path_factory) -> tuple[Path, Path]:
+    """One small trained run per module (4 steps of the tiny preset), copied by the tests that need one."""
     root = tmp_path_factory.mktemp("template")
     (root / "text.txt").write_text(TEXT, encoding="utf-8")
     assert main(["train", "--data", str(root / "text.txt"), "--out", str(root / "run"), "--max-steps", "4", *FAST]) == 0
@@ -68,6 +86,17 @@ def finished_run(_finished_run_template, tmp_path, data_file, capsys) -> Path:
     shutil.copytree(_finished_run_template[1], out)
     capsys.readouterr()
     return out
+
+
+def _assert_one_line_error(status, err, *needles, expected=EXIT_USAGE, out=""):
+    """Exit status ``expected``, exactly one non-empty line on stderr naming ``needles``, no traceback."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == expected, (status, err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("transformer_lib") and ": error: " in lines[0], err
+    assert "Traceback" not in err and "Traceback" not in out, err
+    for needle in needles:
+        assert needle in lines[0], (needle, err)
 
 
 # ---------------------------------------------------------------- help and entry point
@@ -85,9 +114,22 @@ def test_train_help_in_process(capsys):
         assert flag in out
 
 
+def test_help_documents_exit_statuses_and_debugging(capsys):
+    for command in ([], ["train"], ["generate"]):
+        status, out, _ = run_main(capsys, *command, "--help")
+        text = " ".join(out.split())
+        assert status == 0 and "Exit status: 0 done, 1 the run failed" in text and "2 bad arguments" in text
+        assert f"{DEBUG_ENV}=1" in text
+
+
 def test_cli_names_are_not_reexported_from_the_package():
     assert not hasattr(transformer_lib, "main") and not hasattr(transformer_lib, "build_parser")
     assert "main" not in transformer_lib.__all__
+
+
+def test_error_classes_carry_their_status():
+    assert CLIError("x").status == EXIT_FAILURE == 1
+    assert UsageError("x").status == EXIT_USAGE == 2 and issubclass(UsageError, CLIError)
 
 
 def test_parser_defaults_are_chapter_10s_recipe(capsys):
@@ -139,12 +181,10 @@ def test_precision_flag_reaches_the_train_config(tmp_path, data_file, capsys):
                               "--precision", "bfloat16")
     assert status == 0, err
     assert load_checkpoint(out / "ckpt.pt")["train_config"]["precision"] == "bfloat16"
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "b", "--precision", "half")
-    assert status == 2 and "--precision" in err and "invalid choice" in err
 
 
 def test_defaults_are_the_preset(tmp_path, data_file, monkeypatch):
-    class Captured(Exception):
+    class Captured(BaseException):  # not an Exception: main's last resort must let it through
         pass
 
     def train(model, train_data, val_data, config, **kwargs):  # record the configuration, train nothing
@@ -249,126 +289,6 @@ def test_resume_of_a_finished_run_does_nothing(finished_run, data_file, capsys):
     assert (finished_run / "ckpt.pt").read_bytes() == before
 
 
-# ---------------------------------------------------------------- bad input: one line, status 2
-def _assert_one_line_error(status, err, *needles):
-    assert status == EXIT_USAGE, err
-    assert err.count("\n") == 1 and err.startswith("transformer_lib"), err
-    assert "Traceback" not in err and ": error: " in err
-    for needle in needles:
-        assert needle in err, (needle, err)
-
-
-@pytest.mark.parametrize("make,needles", [
-    (lambda d: d / "missing.txt", ["--data", "no such file", "missing.txt"]),
-    (lambda d: d, ["--data", "is a directory"]),
-    (lambda d: (d / "e.txt", (d / "e.txt").write_text(""))[0], ["--data", "is empty"]),
-    (lambda d: (d / "b.txt", (d / "b.txt").write_bytes(b"abc\xff\xfe"))[0], ["--data", "not UTF-8", "0xff"]),
-    (lambda d: (d / "s.txt", (d / "s.txt").write_text("short text"))[0], ["--data", "10 characters", "block_size=16"]),
-])
-def test_bad_data_file(tmp_path, capsys, make, needles):
-    status, _, err = run_main(capsys, "train", "--data", make(tmp_path), "--out", tmp_path / "run", "--preset", "tiny")
-    _assert_one_line_error(status, err, *needles)
-    assert not (tmp_path / "run").exists()  # nothing written before every check has passed
-
-
-@pytest.mark.parametrize("args,needles", [
-    (["--preset", "huge"], ["--preset", "invalid choice", "huge"]),
-    (["--preset", "tiny", "--max-steps", "abc"], ["--max-steps", "invalid int value"]),
-    (["--preset", "tiny", "--max-steps", "0"], ["max_steps", "max_steps=0"]),
-    (["--preset", "tiny", "--max-steps", "30"], ["warmup_steps must be < max_steps"]),
-    (["--preset", "tiny", "--lr", "-1"], ["lr", "lr=-1"]),
-    (["--preset", "tiny", "--seed", "-5"], ["seed", "seed=-5"]),
-    (["--preset", "tiny", "--device", "gpu7"], ["--device", "gpu7"]),
-    (["--preset", "tiny", "--config", "x.json"], ["not allowed with argument"]),
-])
-def test_bad_flags(tmp_path, data_file, capsys, args, needles):
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run", *args)
-    _assert_one_line_error(status, err, *needles)
-
-
-@pytest.mark.parametrize("content,needles", [
-    ("{not json", ["--config", "cannot read", "as JSON"]),
-    ("[1, 2]", ["--config", "must hold a JSON object"]),
-    ('{"n_head": 3, "n_embd": 32}', ["--config", "n_embd must be divisible by n_head"]),
-    ('{"n_layers": 2}', ["--config", "unknown keys", "n_layers"]),
-    ('{"vocab_size": 100}', ["--config", "vocab_size=100", "distinct characters"]),
-])
-def test_bad_config_file(tmp_path, data_file, capsys, content, needles):
-    config = tmp_path / "model.json"
-    config.write_text(content)
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run", "--config", config)
-    _assert_one_line_error(status, err, *needles)
-
-
-def test_missing_config_file(tmp_path, data_file, capsys):
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run",
-                              "--config", tmp_path / "nope.json")
-    _assert_one_line_error(status, err, "--config", "no such file")
-
-
-def test_out_is_a_file(tmp_path, data_file, capsys):
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", data_file, "--preset", "tiny")
-    _assert_one_line_error(status, err, "--out", "not a directory")
-
-
-def test_existing_run_without_resume(finished_run, data_file, capsys):
-    before = (finished_run / "ckpt.pt").read_bytes()
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--preset", "tiny")
-    _assert_one_line_error(status, err, "already holds a run", "--resume")
-    assert (finished_run / "ckpt.pt").read_bytes() == before
-
-
-def test_resume_without_checkpoint(tmp_path, data_file, capsys):
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "empty", "--resume")
-    _assert_one_line_error(status, err, "--resume", "holds no checkpoint")
-
-
-@pytest.mark.subprocess
-def test_resume_from_corrupt_checkpoint_in_a_process(tmp_path, data_file):
-    (tmp_path / "ckpt.pt").write_bytes(b"\x00garbage" * 50)
-    result = cli("train", "--data", data_file, "--out", tmp_path, "--resume")
-    _assert_one_line_error(result.returncode, result.stderr, "--resume", "not a transformer_lib checkpoint or corrupt")
-
-
-def test_resume_from_foreign_checkpoint(tmp_path, data_file, capsys):
-    torch.save({"weights": torch.zeros(3)}, tmp_path / "ckpt.pt")
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path, "--resume")
-    _assert_one_line_error(status, err, "--resume", "not a transformer_lib checkpoint", "no format marker")
-
-
-def test_resume_with_other_data(finished_run, tmp_path, capsys):
-    other = tmp_path / "other.txt"
-    other.write_text(TEXT[::-1], encoding="utf-8")  # the same characters, another text
-    status, _, err = run_main(capsys, "train", "--data", other, "--out", finished_run, "--resume")
-    _assert_one_line_error(status, err, "--resume", "not the text the run", "was trained on")
-
-
-def test_resume_with_a_tampered_tokenizer(finished_run, data_file, capsys):
-    CharTokenizer("ab").save(finished_run / TOKENIZER_FILE)
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--resume")
-    _assert_one_line_error(status, err, "--resume", "tokenizer.json", "do not match")
-
-
-@pytest.mark.parametrize("args,needles", [
-    (["--lr", "0.1"], ["--lr 0.1", "the run has lr=0.004"]),
-    (["--max-steps", "8"], ["--max-steps 8", "max_steps=4"]),
-    (["--preset", "baby"], ["model differs", "n_layer=4"]),
-    (["--precision", "bfloat16"], ["--precision 'bfloat16'", "the run has precision='float32'"]),
-])
-def test_resume_with_changed_settings(finished_run, data_file, capsys, args, needles):
-    status, _, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--resume", *args)
-    _assert_one_line_error(status, err, "--resume", *needles)
-
-
-def test_usage_errors_are_one_line(capsys):
-    status, _, err = run_main(capsys)
-    _assert_one_line_error(status, err, "required: COMMAND")
-    status, _, err = run_main(capsys, "train", "--data", "x")
-    _assert_one_line_error(status, err, "required: --out")
-    status, _, err = run_main(capsys, "fly")
-    _assert_one_line_error(status, err, "invalid choice", "fly")
-
-
 # ---------------------------------------------------------------- generate
 GEN = ["--max-new-tokens", "40", "--device", "cpu"]
 
@@ -412,42 +332,424 @@ def test_generate_greedy_is_deterministic_across_seeds(finished_run, capsys):
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("args,needles", [
-    (["--prompt", "To be", "--temperature", "-1"], ["--temperature", "--temperature=-1"]),
-    (["--prompt", "To be", "--temperature", "nan"], ["--temperature", "--temperature=nan"]),
-    (["--prompt", "To be", "--top-k", "0"], ["--top-k", "--top-k=0"]),
-    (["--prompt", "To be", "--top-p", "1.5"], ["--top-p", "--top-p=1.5"]),
-    (["--prompt", "To be", "--top-p", "0"], ["--top-p", "(0, 1]"]),
-    (["--prompt", "To be", "--max-new-tokens", "-3"], ["--max-new-tokens", "--max-new-tokens=-3"]),
-    (["--prompt", "To be", "--device", "gpu7"], ["--device", "gpu7"]),
-    (["--prompt", ""], ["--prompt"]),
-    (["--prompt", "Zebra \u00e9"], ["--prompt", "Z"]),
-])
-def test_generate_bad_arguments(finished_run, capsys, args, needles):
-    status, out, err = run_main(capsys, "generate", "--checkpoint", finished_run, *GEN, *args)
-    _assert_one_line_error(status, err, *needles)
-    assert out == ""
+def test_generate_tiny_temperature_is_greedy(finished_run, capsys):
+    """A tiny positive temperature works (and, with logits far apart, picks what greedy decoding picks)."""
+    greedy = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To", *GEN, "--temperature", "0")
+    for temperature in ("1e-300", "5e-324"):
+        status, out, err = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To", *GEN,
+                                    "--temperature", temperature)
+        assert status == 0, err
+        assert out == greedy[1]
 
 
-def test_generate_missing_checkpoint(tmp_path, capsys):
-    status, _, err = run_main(capsys, "generate", "--checkpoint", tmp_path / "nowhere", "--prompt", "To")
-    _assert_one_line_error(status, err, "--checkpoint", "no such directory")
-    (tmp_path / "empty").mkdir()
-    status, _, err = run_main(capsys, "generate", "--checkpoint", tmp_path / "empty", "--prompt", "To")
-    _assert_one_line_error(status, err, "--checkpoint", "ckpt.pt")
+# ---------------------------------------------------------------- bad invocations: one table
+class Case(NamedTuple):
+    argv: list[str]  # "{tmp}", "{data}" (TEXT) and "{run}" (a copy of a finished run) are filled in
+    status: int  # 2 bad arguments, 1 a failed run
+    fragment: str  # the flag or the file the one stderr line must name
+    setup: Callable[[Path], None] | None = None  # prepares files under tmp (after the run is copied)
+    in_process: bool = True  # False: only as a real process (`python -m transformer_lib`)
 
 
-def test_generate_corrupt_checkpoint_or_tokenizer(finished_run, capsys):
-    (finished_run / "tokenizer.json").write_text("{}")
-    status, _, err = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To")
-    _assert_one_line_error(status, err, "--checkpoint", "tokenizer")
-    (finished_run / "ckpt.pt").write_bytes(b"\x00" * 64)
-    status, _, err = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To")
-    _assert_one_line_error(status, err, "--checkpoint")
+NEW = "{tmp}/new"  # the run directory of a fresh run, which no failing case may create
+TRAIN = ["train", "--data", "{data}", "--out", NEW, "--max-steps", "3", "--warmup-steps", "1", "--batch-size", "2",
+         "--no-progress", "--device", "cpu"]
+TINY = [*TRAIN, "--preset", "tiny"]
+CONFIG = [*TRAIN, "--config", "{tmp}/c.json"]
+RESUME = ["train", "--data", "{data}", "--out", "{run}", "--resume", "--no-progress", "--device", "cpu"]
+GENERATE = ["generate", "--checkpoint", "{run}", "--prompt", "To be", "--max-new-tokens", "5", "--device", "cpu"]
+
+
+def write(name: str, content: str | bytes):
+    def setup(tmp: Path):
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+    return setup
+
+
+def mkdir(name: str):
+    return lambda tmp: (tmp / name).mkdir(parents=True, exist_ok=True)
+
+
+def remove(name: str):
+    return lambda tmp: (tmp / name).unlink()
+
+
+def ckpt_bytes(change: Callable[[bytes], bytes]):
+    """Replace the run's ckpt.pt by ``change(its bytes)``."""
+    def setup(tmp: Path):
+        path = tmp / "run" / CHECKPOINT_FILE
+        path.write_bytes(change(path.read_bytes()))
+    return setup
+
+
+def flip_middle(raw: bytes) -> bytes:
+    i = len(raw) // 2  # inside the tensors' data, the bulk of the file
+    return raw[:i] + bytes([raw[i] ^ 0x01]) + raw[i + 1:]
+
+
+def ckpt_edit(change: Callable[[dict], None]):
+    """Load the run's ckpt.pt as a plain dict (weights_only), change it in place, save it back."""
+    def setup(tmp: Path):
+        path = tmp / "run" / CHECKPOINT_FILE
+        checkpoint = torch.load(path, weights_only=True)
+        change(checkpoint)
+        torch.save(checkpoint, path)
+    return setup
+
+
+def reshaped(checkpoint: dict) -> None:
+    name = next(iter(checkpoint["model"]))
+    checkpoint["model"][name] = torch.zeros(3, 3)
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def pickle_payload(tmp: Path):
+    torch.save({"format": "x", "model": Payload()}, tmp / "run" / CHECKPOINT_FILE)
+
+
+def unwritable(tmp: Path):
+    (tmp / "ro").mkdir()
+    (tmp / "ro").chmod(0o500)
+
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+GIANT = json.dumps({"n_layer": 2, "n_head": 2, "n_embd": 2**20, "block_size": 16})  # ~2.6e13 parameters
+
+CASES = {
+    # parsing: status 2
+    "no command": Case([], 2, "COMMAND"),
+    "unknown command": Case(["fly"], 2, "fly"),
+    "train without --out": Case(["train", "--data", "{data}"], 2, "--out"),
+    "generate without --prompt": Case(["generate", "--checkpoint", "{run}"], 2, "--prompt"),
+    "unknown flag": Case([*TINY, "--frobnicate"], 2, "--frobnicate"),
+    "unknown preset": Case([*TRAIN, "--preset", "huge"], 2, "--preset"),
+    "--preset and --config": Case([*TINY, "--config", "{tmp}/c.json"], 2, "--config"),
+    "unknown precision": Case([*TINY, "--precision", "half"], 2, "--precision"),
+    # numeric flags of train: status 2
+    "--max-steps abc": Case([*TINY, "--max-steps", "abc"], 2, "--max-steps"),
+    "--max-steps 1e3": Case([*TINY, "--max-steps", "1e3"], 2, "--max-steps"),
+    "--max-steps 0": Case([*TINY, "--max-steps", "0"], 2, "--max-steps"),
+    "--max-steps 2**63": Case([*TINY, "--max-steps", str(2**63)], 2, "--max-steps"),
+    "--max-steps 10**30": Case([*TINY, "--max-steps", str(10**30)], 2, "--max-steps"),
+    "--batch-size 0": Case([*TINY, "--batch-size", "0"], 2, "--batch-size"),
+    "--batch-size -4": Case([*TINY, "--batch-size", "-4"], 2, "--batch-size"),
+    "--batch-size 2**63": Case([*TINY, "--batch-size", str(2**63)], 2, "--batch-size"),
+    "--lr 0": Case([*TINY, "--lr", "0"], 2, "--lr"),
+    "--lr -1": Case([*TINY, "--lr", "-1"], 2, "--lr"),
+    "--lr inf": Case([*TINY, "--lr", "inf"], 2, "--lr"),
+    "--lr nan": Case([*TINY, "--lr", "nan"], 2, "--lr"),
+    "--lr abc": Case([*TINY, "--lr", "abc"], 2, "--lr"),
+    "--warmup-steps -1": Case([*TINY, "--warmup-steps", "-1"], 2, "--warmup-steps"),
+    "--warmup-steps 2**63": Case([*TINY, "--warmup-steps", str(2**63)], 2, "--warmup-steps"),
+    "--warmup-steps >= --max-steps": Case([*TINY, "--warmup-steps", "30", "--max-steps", "20"], 2, "--warmup-steps"),
+    "--max-steps below the default warm-up": Case(["train", "--data", "{data}", "--out", NEW, "--max-steps", "10"],
+                                                  2, "(the default)"),
+    "--eval-interval 0": Case([*TINY, "--eval-interval", "0"], 2, "--eval-interval"),
+    "--eval-interval 2**63": Case([*TINY, "--eval-interval", str(2**63)], 2, "--eval-interval"),
+    "--seed -5": Case([*TINY, "--seed", "-5"], 2, "--seed"),
+    "--seed 2**63": Case([*TINY, "--seed", str(2**63)], 2, "--seed"),
+    "--seed 10**30": Case([*TINY, "--seed", str(10**30)], 2, "--seed"),
+    "--device banana": Case([*TINY, "--device", "banana"], 2, "--device"),
+    "--device meta": Case([*TINY, "--device", "meta"], 2, "--device"),
+    "--device ''": Case([*TINY, "--device", ""], 2, "--device"),
+    "--device cuda:-1": Case([*TINY, "--device", "cuda:-1"], 2, "--device"),
+    "--device cuda:99 (absent)": Case([*TINY, "--device", "cuda:99"], 1, "cuda:99"),
+    # --data: status 1
+    "--data missing": Case([*TINY, "--data", "{tmp}/missing.txt"], 1, "missing.txt"),
+    "--data a directory": Case([*TINY, "--data", "{tmp}"], 1, "is a directory"),
+    "--data not UTF-8": Case([*TINY, "--data", "{tmp}/b.txt"], 1, "b.txt", write("b.txt", b"abc\xff\xfe")),
+    "--data empty": Case([*TINY, "--data", "{tmp}/e.txt"], 1, "e.txt", write("e.txt", "")),
+    "--data too short": Case([*TINY, "--data", "{tmp}/s.txt"], 1, "s.txt", write("s.txt", "short text")),
+    # --config: status 1 (the file is wrong)
+    "--config missing": Case(CONFIG, 1, "c.json"),
+    "--config a directory": Case(CONFIG, 1, "c.json", mkdir("c.json")),
+    "--config not UTF-8": Case(CONFIG, 1, "c.json", write("c.json", b'{"n_layer": "\xff"}')),
+    "--config not JSON": Case(CONFIG, 1, "c.json", write("c.json", "{not json")),
+    "--config a list": Case(CONFIG, 1, "c.json", write("c.json", "[1, 2]")),
+    "--config n_head does not divide": Case(CONFIG, 1, "n_embd", write("c.json", '{"n_head": 3, "n_embd": 32}')),
+    "--config unknown key": Case(CONFIG, 1, "n_layers", write("c.json", '{"n_layers": 2}')),
+    "--config n_layer -1": Case(CONFIG, 1, "n_layer", write("c.json", '{"n_layer": -1}')),
+    "--config other vocab_size": Case(CONFIG, 1, "vocab_size", write("c.json", '{"vocab_size": 100}')),
+    "--config context longer than the text": Case(CONFIG, 1, "--data",
+                                                  write("c.json", '{"n_layer": 1, "n_head": 1, "n_embd": 8, '
+                                                                  '"block_size": 4096}')),
+    "--config too large for memory": Case(CONFIG, 1, "memory", write("c.json", GIANT)),
+    # --out: status 1, or 2 for a run that exists
+    "--out a file": Case([*TINY, "--out", "{tmp}/f.txt"], 1, "f.txt", write("f.txt", "x")),
+    "--out under a file": Case([*TINY, "--out", "{tmp}/f.txt/run"], 1, "f.txt", write("f.txt", "x")),
+    "--out unwritable": pytest.param(Case([*TINY, "--out", "{tmp}/ro/run"], 1, "ro", unwritable), marks=AS_ROOT),
+    "--out holds a run": Case([*TINY, "--out", "{run}"], 2, "--resume"),
+    # --resume: the run's files (1), or flags that contradict the run (2)
+    "--resume without a checkpoint": Case([*RESUME, "--out", "{tmp}/empty"], 1, "holds no checkpoint",
+                                          mkdir("empty")),
+    "--resume random bytes": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_bytes(lambda raw: os.urandom(len(raw)))),
+    "--resume truncated": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_bytes(lambda raw: raw[: len(raw) // 2])),
+    "--resume flipped byte": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_bytes(flip_middle)),
+    "--resume without model": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_edit(lambda c: c.pop("model"))),
+    "--resume without generator state": Case(RESUME, 1, CHECKPOINT_FILE,
+                                             ckpt_edit(lambda c: c["rng"].pop("generator"))),
+    "--resume without optimizer": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_edit(lambda c: c.pop("optimizer"))),
+    "--resume string step": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_edit(lambda c: c.update(step="4"))),
+    "--resume mis-shaped weight": Case(RESUME, 1, CHECKPOINT_FILE, ckpt_edit(reshaped)),
+    "--resume without run.json": Case(RESUME, 1, RUN_FILE, remove(f"run/{RUN_FILE}")),
+    "--resume foreign tokenizer": Case(RESUME, 1, TOKENIZER_FILE,
+                                       lambda tmp: CharTokenizer("ab").save(tmp / "run" / TOKENIZER_FILE)),
+    "--resume other text": Case([*RESUME, "--data", "{tmp}/o.txt"], 2, "--data", write("o.txt", TEXT[::-1])),
+    "--resume other --lr": Case([*RESUME, "--lr", "0.1"], 2, "--lr"),
+    "--resume other --max-steps": Case([*RESUME, "--max-steps", "8"], 2, "--max-steps"),
+    "--resume other --preset": Case([*RESUME, "--preset", "baby"], 2, "model differs"),
+    "--resume other --precision": Case([*RESUME, "--precision", "bfloat16"], 2, "--precision"),
+    # sampling flags of generate: status 2
+    "--max-new-tokens -3": Case([*GENERATE, "--max-new-tokens", "-3"], 2, "--max-new-tokens"),
+    "--max-new-tokens abc": Case([*GENERATE, "--max-new-tokens", "abc"], 2, "--max-new-tokens"),
+    "--max-new-tokens 2**63": Case([*GENERATE, "--max-new-tokens", str(2**63)], 2, "--max-new-tokens"),
+    "--max-new-tokens 10**13 (80 TB)": Case([*GENERATE, "--max-new-tokens", str(10**13)], 1, "--max-new-tokens"),
+    "--temperature -1": Case([*GENERATE, "--temperature", "-1"], 2, "--temperature"),
+    "--temperature nan": Case([*GENERATE, "--temperature", "nan"], 2, "--temperature"),
+    "--temperature inf": Case([*GENERATE, "--temperature", "inf"], 2, "--temperature"),
+    "--top-k 0": Case([*GENERATE, "--top-k", "0"], 2, "--top-k"),
+    "--top-k -1": Case([*GENERATE, "--top-k", "-1"], 2, "--top-k"),
+    "--top-k 2**63": Case([*GENERATE, "--top-k", str(2**63)], 2, "--top-k"),
+    "--top-p 0": Case([*GENERATE, "--top-p", "0"], 2, "--top-p"),
+    "--top-p 1.5": Case([*GENERATE, "--top-p", "1.5"], 2, "--top-p"),
+    "--top-p nan": Case([*GENERATE, "--top-p", "nan"], 2, "--top-p"),
+    "generate --seed -1": Case([*GENERATE, "--seed", "-1"], 2, "--seed"),
+    "generate --seed 2**64": Case([*GENERATE, "--seed", str(2**64)], 2, "--seed"),
+    "empty --prompt": Case([*GENERATE, "--prompt", ""], 2, "--prompt"),
+    "--prompt outside the vocabulary": Case([*GENERATE, "--prompt", "Zebra \u00e9"], 2, "--prompt"),
+    "generate --device meta": Case([*GENERATE, "--device", "meta"], 2, "--device"),
+    "generate --device banana": Case([*GENERATE, "--device", "banana"], 2, "--device"),
+    "generate --device cuda:99 (absent)": Case([*GENERATE, "--device", "cuda:99"], 1, "cuda:99"),
+    # --checkpoint: status 1
+    "--checkpoint missing": Case([*GENERATE, "--checkpoint", "{tmp}/nowhere"], 1, "nowhere"),
+    "--checkpoint a file": Case([*GENERATE, "--checkpoint", "{tmp}/f.txt"], 1, "f.txt", write("f.txt", "x")),
+    "--checkpoint without ckpt.pt": Case([*GENERATE, "--checkpoint", "{tmp}/empty"], 1, CHECKPOINT_FILE,
+                                         mkdir("empty")),
+    "ckpt.pt a directory": Case([*GENERATE, "--checkpoint", "{tmp}/d"], 1, CHECKPOINT_FILE, mkdir("d/ckpt.pt")),
+    "ckpt.pt zero bytes": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_bytes(lambda raw: b"")),
+    "ckpt.pt random bytes": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_bytes(lambda raw: os.urandom(len(raw)))),
+    "ckpt.pt truncated": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_bytes(lambda raw: raw[: len(raw) // 2])),
+    "ckpt.pt flipped byte": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_bytes(flip_middle)),
+    "ckpt.pt pickle payload": Case(GENERATE, 1, CHECKPOINT_FILE, pickle_payload),
+    "ckpt.pt without model": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_edit(lambda c: c.pop("model"))),
+    "ckpt.pt without model_config": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_edit(lambda c: c.pop("model_config"))),
+    "ckpt.pt mis-shaped weight": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_edit(reshaped)),
+    "ckpt.pt string step": Case(GENERATE, 1, CHECKPOINT_FILE, ckpt_edit(lambda c: c.update(step="4"))),
+    "ckpt.pt invalid model_config": Case(GENERATE, 1, CHECKPOINT_FILE,
+                                         ckpt_edit(lambda c: c["model_config"].update(n_head=3))),
+    "tokenizer.json missing": Case(GENERATE, 1, TOKENIZER_FILE, remove(f"run/{TOKENIZER_FILE}")),
+    "tokenizer.json not JSON": Case(GENERATE, 1, TOKENIZER_FILE, write(f"run/{TOKENIZER_FILE}", "{")),
+    "tokenizer.json not UTF-8": Case(GENERATE, 1, TOKENIZER_FILE, write(f"run/{TOKENIZER_FILE}", b"\xff\xfe")),
+    "tokenizer.json empty object": Case(GENERATE, 1, TOKENIZER_FILE, write(f"run/{TOKENIZER_FILE}", "{}")),
+    "tokenizer.json of another model": Case(GENERATE, 1, TOKENIZER_FILE,
+                                            lambda tmp: CharTokenizer("ab").save(tmp / "run" / TOKENIZER_FILE)),
+}
+# A handful also run as real processes: no traceback escapes at the interpreter level either.
+IN_A_PROCESS = ["--data missing", "--seed 2**63", "--device meta", "--out under a file", "ckpt.pt without model",
+                "ckpt.pt truncated", "--max-new-tokens 10**13 (80 TB)", "--temperature inf"]
+
+
+def _case(name: str) -> Case:
+    case = CASES[name]
+    return case.values[0] if hasattr(case, "values") else case
+
+
+def _prepare(case: Case, tmp: Path, template: Path) -> list[str]:
+    """Write the text, copy the finished run, run the case's setup; return the argv with paths filled in."""
+    (tmp / "text.txt").write_text(TEXT, encoding="utf-8")
+    shutil.copytree(template, tmp / "run")
+    if case.setup is not None:
+        case.setup(tmp)
+    fill = {"{tmp}": str(tmp), "{data}": str(tmp / "text.txt"), "{run}": str(tmp / "run")}
+    argv = []
+    for arg in case.argv:
+        for key, value in fill.items():
+            arg = arg.replace(key, value)
+        argv.append(arg)
+    return argv
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_bad_invocation_in_process(case, tmp_path, _finished_run_template, capsys):
+    argv = _prepare(case, tmp_path, _finished_run_template[1])
+    capsys.readouterr()
+    status, out, err = run_main(capsys, *argv)
+    _assert_one_line_error(status, err, case.fragment, expected=case.status, out=out)
+    assert not (tmp_path / "new").exists()  # nothing written before every check has passed
+    if case.argv[:1] == ["generate"]:
+        assert out == ""  # the checks come before the prompt is printed
 
 
 @pytest.mark.subprocess
-def test_generate_bad_input_in_a_process(finished_run):
-    result = cli("generate", "--checkpoint", finished_run, "--prompt", "To be", "--top-p", "2")
-    assert result.returncode == EXIT_USAGE and result.stdout == ""
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr and "--top-p" in result.stderr
+@pytest.mark.parametrize("name", IN_A_PROCESS)
+def test_bad_invocation_in_a_process(name, tmp_path, _finished_run_template):
+    case = _case(name)
+    argv = _prepare(case, tmp_path, _finished_run_template[1])
+    result = cli(*argv)
+    _assert_one_line_error(result.returncode, result.stderr, case.fragment, expected=case.status, out=result.stdout)
+
+
+def test_the_table_covers_every_flag():
+    flags = {a.option_strings[-1] for p in build_parser()._subparsers._group_actions[0].choices.values()
+             for a in p._actions if a.option_strings and a.option_strings[-1] not in ("--help", "--no-progress",
+                                                                                        "--resume")}
+    tested = {arg for case in map(_case, CASES) for arg in case.argv if arg.startswith("--")}
+    assert flags <= tested, flags - tested
+    assert len(CASES) >= 50 and {c.status for c in map(_case, CASES)} == {1, 2}
+
+
+# ---------------------------------------------------------------- what the checks cannot foresee
+def _edited_checkpoint(monkeypatch, change):
+    """Make the command's load_checkpoint return the real checkpoint changed by ``change`` (no checksum to pass)."""
+    real = transformer_lib.cli.load_checkpoint
+
+    def load_checkpoint(path, **kwargs):
+        checkpoint = real(path, **kwargs)
+        change(checkpoint)
+        return checkpoint
+
+    monkeypatch.setattr(transformer_lib.cli, "load_checkpoint", load_checkpoint)
+
+
+@pytest.mark.parametrize("change,needles", [
+    (lambda c: c.pop("model"), ["lacks 'model'"]),
+    (lambda c: c.pop("step"), ["lacks 'step'"]),
+    (lambda c: c.update(step="4"), ["step='4'"]),
+    (lambda c: c.update(step=True), ["step=True"]),
+    (lambda c: c.update(model=[1, 2]), ["'model' must be a dict"]),
+    (lambda c: c["model_config"].update(n_head=3), ["invalid model_config", "n_head"]),
+    (lambda c: c["model_config"].update(n_layer=5), ["missing", "blocks.2"]),
+    (reshaped, ["must be a floating-point tensor of shape"]),
+    (lambda c: c["model"].update({"extra.weight": torch.zeros(2)}), ["unexpected 'extra.weight'"]),
+    (lambda c: c["model"].update({k: v.long() for k, v in list(c["model"].items())[:1]}), ["floating-point"]),
+])
+def test_incomplete_checkpoints_are_refused_by_generate(finished_run, capsys, monkeypatch, change, needles):
+    """A checkpoint that passes load_checkpoint but lacks what generate reads is one line, status 1."""
+    _edited_checkpoint(monkeypatch, change)
+    status, out, err = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To", *GEN)
+    _assert_one_line_error(status, err, "--checkpoint", CHECKPOINT_FILE, *needles, expected=EXIT_FAILURE, out=out)
+
+
+@pytest.mark.parametrize("change,needles", [
+    (lambda c: c["rng"].pop("generator"), ["random states lack 'generator'"]),
+    (lambda c: c.pop("optimizer"), ["lacks 'optimizer'"]),
+    (lambda c: c.update(metrics=None), ["'metrics' must be a dict"]),
+    (lambda c: c["train_config"].update(lr=-1), ["invalid train_config", "lr"]),
+    (lambda c: c.update(step=99), ["step=99", "max_steps=4"]),
+    # passes every check of the command, and fails inside the trainer: the line says where
+    (lambda c: (c.update(step=2), c["optimizer"].update(state={0: {"exp_avg": torch.zeros(1)}})),
+     ["training the run in", "Error"]),
+])
+def test_incomplete_checkpoints_are_refused_by_resume(finished_run, data_file, capsys, monkeypatch, change, needles):
+    _edited_checkpoint(monkeypatch, change)
+    # the trainer reads the checkpoint with its own load_checkpoint; make it read the same edited one
+    monkeypatch.setattr(transformer_lib.training, "load_checkpoint", transformer_lib.cli.load_checkpoint)
+    status, out, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--resume",
+                                "--no-progress", "--device", "cpu")
+    _assert_one_line_error(status, err, "--resume" if "Error" not in needles else "train", *needles,
+                           expected=EXIT_FAILURE, out=out)
+
+
+def test_an_unexpected_exception_is_one_line_with_status_1(tmp_path, data_file, capsys, monkeypatch):
+    def train(*args, **kwargs):
+        raise RuntimeError("boom\nsecond line of the message")
+
+    monkeypatch.setattr(transformer_lib.cli, "train", train)
+    argv = ["train", "--data", data_file, "--out", tmp_path / "run", *FAST, "--max-steps", 4]
+    status, out, err = run_main(capsys, *argv)
+    _assert_one_line_error(status, err, "training the run in", "RuntimeError: boom", expected=EXIT_FAILURE, out=out)
+    assert "second line" not in err
+    monkeypatch.setenv(DEBUG_ENV, "1")  # the traceback, for a developer, only when asked for
+    status, _, err = run_main(capsys, *argv[:4], tmp_path / "run2", *argv[5:])
+    assert status == EXIT_FAILURE and "Traceback" in err and "RuntimeError: boom" in err.splitlines()[-1]
+
+
+def test_an_exception_outside_any_stage_is_still_one_line(tmp_path, data_file, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(transformer_lib.cli, "_read_text", broken)
+    status, out, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run", *FAST)
+    _assert_one_line_error(status, err, "unexpected failure: TypeError: a bug", expected=EXIT_FAILURE, out=out)
+
+
+@pytest.mark.parametrize("error", [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 TiB"),
+                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 8e13 bytes"),
+                                   MemoryError()])
+def test_out_of_memory_says_so(tmp_path, data_file, capsys, monkeypatch, error):
+    def train(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(transformer_lib.cli, "train", train)
+    status, out, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run", *FAST)
+    _assert_one_line_error(status, err, "out of memory", type(error).__name__, expected=EXIT_FAILURE, out=out)
+
+
+def test_generates_own_budget_check_is_reported_under_the_flag(finished_run, capsys, monkeypatch):
+    def generate(*args, **kwargs):
+        raise ValueError("generate: max_new_tokens=40 needs more memory than there is")
+
+    monkeypatch.setattr(transformer_lib.cli, "generate", generate)
+    status, out, err = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To", *GEN)
+    _assert_one_line_error(status, err, "--max-new-tokens 40", "max_new_tokens=40", expected=EXIT_FAILURE, out=out)
+
+
+@pytest.mark.parametrize("target", ["load_checkpoint", "generate", "_read_text"])
+def test_ctrl_c_while_loading_or_generating_is_130_and_one_line(finished_run, data_file, capsys, monkeypatch,
+                                                                 target):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transformer_lib.cli, target, interrupted)
+    if target == "_read_text":
+        argv = ["train", "--data", data_file, "--out", finished_run.parent / "new", *FAST]
+    else:
+        argv = ["generate", "--checkpoint", finished_run, "--prompt", "To", *GEN]
+    status, out, err = run_main(capsys, *argv)
+    _assert_one_line_error(status, err, "interrupted", expected=EXIT_INTERRUPTED, out=out)
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_during_generation_in_a_process(finished_run):
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_lib", "generate", "--checkpoint", str(finished_run),
+                             "--prompt", "To", "--max-new-tokens", str(10**8), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.read(20)  # generation is under way
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    _assert_one_line_error(proc.returncode, err.decode(), "interrupted", expected=EXIT_INTERRUPTED)
+
+
+@pytest.mark.subprocess
+def test_a_closed_pipe_ends_generate_with_one_line(finished_run):
+    proc = subprocess.Popen([sys.executable, "-m", "transformer_lib", "generate", "--checkpoint", str(finished_run),
+                             "--prompt", "To", "--max-new-tokens", str(10**8), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.read(20)
+        proc.stdout.close()  # as `| head -c 20` does
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    _assert_one_line_error(proc.returncode, err, "broken pipe", expected=EXIT_FAILURE)
+    assert "Exception ignored" not in err
+
+
+def test_out_in_a_directory_without_write_permission(tmp_path, data_file, capsys, monkeypatch):
+    """As root every directory is writable, so the permission is simulated here (the table has the real case)."""
+    real = os.access
+    monkeypatch.setattr(transformer_lib.cli.os, "access", lambda path, mode: False if Path(path) == tmp_path else
+                        real(path, mode))
+    status, out, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run", *FAST)
+    _assert_one_line_error(status, err, "--out", "permission denied", str(tmp_path), expected=EXIT_FAILURE, out=out)
+    assert not (tmp_path / "run").exists()

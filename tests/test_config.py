@@ -114,6 +114,26 @@ def test_gpt_config_from_json_invalid_json_names_the_file(tmp_path):
         GPTConfig.from_json(path)
 
 
+def test_gpt_config_json_files_of_the_wrong_kind_name_the_file(tmp_path, tiny_config):
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes(b'{"activation": "g\xe9lu"}')  # Latin-1, not UTF-8
+    with pytest.raises(ValueError, match=r"GPTConfig.from_json: .*latin1.json is not UTF-8 text"):
+        GPTConfig.from_json(latin1)
+    with pytest.raises(IsADirectoryError, match="GPTConfig.from_json: path must be a file, got the directory"):
+        GPTConfig.from_json(tmp_path)
+    with pytest.raises(FileNotFoundError, match="GPTConfig.from_json: path: no such file: .*nowhere.json"):
+        GPTConfig.from_json(tmp_path / "nowhere.json")
+    with pytest.raises(TypeError, match="GPTConfig.from_json: path must be a str or os.PathLike"):
+        GPTConfig.from_json(None)
+    with pytest.raises(IsADirectoryError, match="GPTConfig.to_json: path must be a file"):
+        tiny_config.to_json(tmp_path)
+    with pytest.raises(FileNotFoundError, match="GPTConfig.to_json: path: no such directory: .*missing"):
+        tiny_config.to_json(tmp_path / "missing" / "config.json")
+    with pytest.raises(NotADirectoryError, match="GPTConfig.to_json: path: .*latin1.json is a file"):
+        tiny_config.to_json(latin1 / "config.json")
+    assert latin1.read_bytes() == b'{"activation": "g\xe9lu"}'  # nothing written
+
+
 def test_gpt_presets(tiny_config):
     assert list(GPT_PRESETS) == ["tiny", "baby", "shakespeare-char", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]
     tiny, baby = tiny_config, GPTConfig.from_preset("baby")

@@ -156,6 +156,25 @@ def test_fetch_cache_hit_does_not_touch_network(isolated):
     assert fetch(NAME, URL, DIGEST) == cached  # urlopen raises if called
 
 
+def test_fetch_subdir_keeps_same_named_files_apart(isolated, monkeypatch, tmp_path):
+    """Files of one name live in their own folder, in the cache and under the data override."""
+    cached = cache_dir() / "models" / "a" / NAME
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(CONTENT)
+    assert fetch(NAME, URL, DIGEST, subdir="models/a") == cached
+    override = tmp_path / "override" / "models" / "a"
+    override.mkdir(parents=True)
+    (override / NAME).write_bytes(CONTENT)
+    monkeypatch.setenv(DATA_ENV, str(tmp_path / "override"))
+    assert fetch(NAME, URL, DIGEST, subdir="models/a") == override / NAME
+
+
+@pytest.mark.parametrize("subdir", ["/abs", "../up", "", 3])
+def test_fetch_refuses_a_subdir_that_is_not_a_relative_folder(isolated, subdir):
+    with pytest.raises(ValueError, match="subdir"):
+        fetch(NAME, URL, DIGEST, subdir=subdir)
+
+
 def test_fetch_corrupt_cache_is_reported(isolated):
     cached = cache_dir() / NAME
     cached.parent.mkdir(parents=True)
@@ -223,6 +242,46 @@ def test_load_tiny_shakespeare_real_corpus():
     assert len(text) == 1_115_394 and len(text.encode("utf-8")) == 1_115_394
     assert text.startswith("First Citizen:\nBefore we proceed any further, hear me speak.")
     assert CharTokenizer.from_text(text).vocab_size == 65
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _figure_ids() -> tuple[str, list[int]]:
+    """The string and the ids typed into chapter 1's figure ``text_to_batches`` (read, not imported)."""
+    import ast
+
+    tree = ast.parse((ROOT / "tools" / "figures" / "ch01_text_to_tensors.py").read_text(encoding="utf-8"))
+    draw = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "text_to_batches")
+    found = {t.id: ast.literal_eval(n.value) for n in ast.walk(draw) if isinstance(n, ast.Assign)
+             for t in n.targets if isinstance(t, ast.Name) and t.id in ("s", "ids")}
+    return found["s"], found["ids"]
+
+
+def test_figure_ids_are_the_ones_chapter_1_asserts():
+    """The figure's ids are typed in; chapter 1 asserts its tokenizer gives the same literal list."""
+    s, ids = _figure_ids()
+    chapter = (ROOT / "book" / "01_text_to_tensors.md").read_text(encoding="utf-8")
+    asserted = re.search(r'^assert encode\("First Citizen:"\) == (\[[0-9, ]+\])$', chapter, flags=re.MULTILINE)
+    assert s == "First Citizen:" and asserted and json.loads(asserted.group(1)) == ids
+
+
+@pytest.mark.skipif(not os.environ.get(DATA_ENV), reason=f"{DATA_ENV} is not set (no offline corpus)")
+def test_figure_ids_are_the_tokenizers():
+    s, ids = _figure_ids()
+    assert CharTokenizer.from_text(load_tiny_shakespeare()).encode(s) == ids
+
+
+def test_load_tiny_shakespeare_paths_of_the_wrong_kind(isolated, tmp_path):
+    (tmp_path / "tinyshakespeare.txt").mkdir()  # a directory where the file should be
+    with pytest.raises(IsADirectoryError, match="fetch: path points to .*'tinyshakespeare.txt' is a directory"):
+        load_tiny_shakespeare(path=tmp_path)
+    with pytest.raises(FileNotFoundError, match="fetch: path points to the directory .*no file 'tinyshakespeare.txt'"):
+        load_tiny_shakespeare(path=tmp_path / "tinyshakespeare.txt")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Ô Roméo\n".encode("latin-1"))  # not UTF-8: refused by its digest, naming the file
+    with pytest.raises(ValueError, match="fetch: checksum mismatch for .*latin1.txt"):
+        load_tiny_shakespeare(path=latin1)
 
 
 def test_load_tiny_shakespeare_rejects_wrong_file(isolated, local_copy):
@@ -481,8 +540,8 @@ def test_train_val_split_sizes_and_contiguity():
 def test_train_val_split_floor_and_float_error():
     train, val = train_val_split(torch.arange(11), 0.5)
     assert (len(train), len(val)) == (5, 6)  # floor(11 * 0.5) = 5 for training
-    train, val = train_val_split(torch.arange(10), 0.9)  # (1 - 0.9) * 10 = 0.999... in floats
-    assert (len(train), len(val)) == (1, 9)
+    train, val = train_val_split(torch.arange(20), 0.9)  # (1 - 0.9) * 20 = 1.999... in floats
+    assert (len(train), len(val)) == (2, 18)
 
 
 @pytest.mark.parametrize("fraction", [0, 1, -0.1, 1.5, float("nan")])
@@ -492,9 +551,9 @@ def test_train_val_split_rejects_fraction_out_of_range(fraction):
 
 
 def test_train_val_split_other_errors():
-    with pytest.raises(ValueError, match="leaves the validation part empty"):
+    with pytest.raises(ValueError, match="val_fraction=1e-09 leaves 0 tokens in the validation part"):
         train_val_split(torch.arange(5), 1e-9)
-    with pytest.raises(ValueError, match="leaves the training part empty"):
+    with pytest.raises(ValueError, match="val_fraction=0.9 leaves 0 tokens in the training part"):
         train_val_split(torch.arange(5), 0.9)
     with pytest.raises(ValueError, match=r"data.*\(2, 5\)"):
         train_val_split(torch.zeros(2, 5))
@@ -502,6 +561,33 @@ def test_train_val_split_other_errors():
         train_val_split([1, 2, 3])
     with pytest.raises(TypeError, match="val_fraction"):
         train_val_split(torch.arange(10), "0.1")
+
+
+def test_train_val_split_refuses_a_part_shorter_than_one_example():
+    # 0.0001 of 1000 tokens is one validation token: no (input, target) pair at all.
+    with pytest.raises(ValueError, match=r"train_val_split: val_fraction=0.0001 leaves 1 token in the validation "
+                                         r"part of len\(data\)=1000, but each part needs at least 2 tokens"):
+        train_val_split(torch.arange(1000), 0.0001)
+    with pytest.raises(ValueError, match="leaves 1 token in the training part"):
+        train_val_split(torch.arange(1000), 0.999)
+    train, val = train_val_split(torch.arange(1000), 0.002)  # two tokens are enough
+    assert (len(train), len(val)) == (998, 2)
+
+
+def test_train_val_split_with_block_size_needs_a_block_in_each_part():
+    data = torch.arange(1000)
+    train, val = train_val_split(data, 0.1, block_size=99)  # 100 = block_size + 1 validation tokens
+    assert (len(train), len(val)) == (900, 100)
+    with pytest.raises(ValueError, match=r"leaves 100 tokens in the validation part .*block_size \+ 1 = 101"):
+        train_val_split(data, 0.1, block_size=100)
+    with pytest.raises(ValueError, match=r"leaves 100 tokens in the training part .*block_size \+ 1 = 201"):
+        train_val_split(data, 0.9, block_size=200)
+    x, y = get_batch(val, 99, 4)  # the smallest part still holds an example
+    assert x.shape == (4, 99)
+    with pytest.raises(ValueError, match="train_val_split: block_size must be an int >= 1, got block_size=0"):
+        train_val_split(data, 0.1, block_size=0)
+    with pytest.raises(TypeError, match="train_val_split: block_size must be an int"):
+        train_val_split(data, 0.1, block_size=8.0)
 
 
 # ---------------------------------------------------------------- get_batch
@@ -532,6 +618,17 @@ def test_get_batch_offsets_cover_full_range():
     g = torch.Generator().manual_seed(0)
     starts = torch.cat([get_batch(data, T, 64, generator=g)[0][:, 0] for _ in range(20)])
     assert set(starts.tolist()) == set(range(len(data) - T))
+
+
+def test_get_batch_offsets_are_uniform():
+    """Pearson's chi-square over 20 equal bins of offsets drawn through get_batch (19 degrees of freedom)."""
+    data = torch.arange(10_000)  # tokens that are their own positions: x[:, 0] is the offset
+    T, g = 16, torch.Generator().manual_seed(0)
+    offsets = torch.cat([get_batch(data, T, 10_000, generator=g)[0][:, 0] for _ in range(10)])
+    assert offsets.min() >= 0 and offsets.max() <= len(data) - T - 1
+    observed = torch.bincount(offsets * 20 // (len(data) - T), minlength=20).double()
+    expected = len(offsets) / 20
+    assert ((observed - expected) ** 2 / expected).sum() < 60  # P(chi2_19 > 60) = 4e-6
 
 
 def test_get_batch_smallest_data():
@@ -590,6 +687,12 @@ def test_get_batch_rejects_bad_generator_and_device():
         get_batch(torch.arange(10), 4, 2, device="gpu0")
     with pytest.raises(TypeError, match="get_batch: device"):
         get_batch(torch.arange(10), 4, 2, device=0.5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_get_batch_refuses_a_device_this_machine_lacks():
+    with pytest.raises(ValueError, match=r"get_batch: device must be a device of this machine, got device='cuda:0'"):
+        get_batch(torch.arange(10), 4, 2, device="cuda:0")
 
 
 def test_get_batch_accepts_numpy_ints():

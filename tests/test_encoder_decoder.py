@@ -212,6 +212,49 @@ def test_encoder_decoder_errors():
         model.encode(torch.zeros(1, 0, dtype=torch.int64))
 
 
+def test_encoder_decoder_refuses_inputs_of_another_dtype_device_or_shape():
+    model = EncoderDecoder(Seq2SeqConfig(**SMALL)).eval()
+    src, tgt = ids((B, S), 11), ids((B, T), 13, seed=1)
+    memory = model.encode(src)
+    for dtype in (torch.float64, torch.int64):
+        with pytest.raises(TypeError, match=rf"EncoderDecoder.decode: memory must have dtype float32 .*got memory.dtype={dtype}"):
+            model.decode(tgt, memory.to(dtype))
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: memory must not be empty"):
+        model.decode(tgt, memory[:, :0])
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: memory must hold one encoded source per target"):
+        model.decode(tgt, memory[:1])
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: memory must have shape \(\*, \*, 32\)"):
+        model.decode(tgt, memory[..., :16])
+    with pytest.raises(ValueError, match="EncoderDecoder.encode: src must be on the model's device cpu, got src.device=meta"):
+        model.encode(src.to("meta"))
+    with pytest.raises(ValueError, match=r"EncoderDecoder.encode: src_key_padding_mask must have shape \(2, 7\)"):
+        model.encode(src, SRC_KPM[:, :5])
+    with pytest.raises(TypeError, match=r"EncoderDecoder.encode: src_key_padding_mask must have dtype bool"):
+        model.encode(src, SRC_KPM.float())
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: memory_key_padding_mask must have shape \(2, 7\)"):
+        model.decode(tgt, memory, memory_key_padding_mask=TGT_KPM)
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: tgt_key_padding_mask must have shape \(2, 5\)"):
+        model(src, tgt, SRC_KPM, SRC_KPM)
+
+
+@pytest.mark.parametrize("make, args", [
+    (lambda: Encoder(1, D, 4), lambda x, m: (x,)),
+    (lambda: Decoder(1, D, 4), lambda x, m: (x, m)),
+    (lambda: DecoderBlock(D, 4), lambda x, m: (x, m)),
+])
+def test_stacks_and_blocks_refuse_inputs_of_another_dtype(make, args):
+    module = make()
+    name = type(module).__name__
+    x, m = torch.randn(B, T, D), torch.randn(B, S, D)
+    with pytest.raises(TypeError, match=rf"{name}.forward: x must have dtype float32 .*got x.dtype=torch.float64"):
+        module(*args(x.double(), m))
+    with pytest.raises(ValueError, match=rf"{name}.forward: x must not be empty"):
+        module(*args(x[:0], m[:0]))
+    if len(args(x, m)) == 2:
+        with pytest.raises(TypeError, match=rf"{name}.forward: memory must have dtype float32 .*got memory.dtype=torch.int64"):
+            module(x, m.long())
+
+
 @pytest.mark.slow
 def test_encoder_decoder_is_traceable_by_torch_export():
     torch.manual_seed(0)

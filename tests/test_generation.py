@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 import transformer_lib.generation
 from transformer_lib.config import GPTConfig
@@ -226,6 +228,27 @@ def test_logits_through_the_cache_equal_one_forward_pass(dtype, atol):
     torch.testing.assert_close(torch.cat(pieces, dim=1), whole, rtol=0, atol=atol)
 
 
+@pytest.mark.parametrize("t", [1, 7, 16])
+def test_flops_of_a_full_pass_and_a_cached_step_match_chapter_12s_count(t):
+    """F_full(t) = t (24 L C^2 + 2 C V) + 4 L C t^2 and F_cached(t) = F_full(t) / t, attention included: under
+    the math backend attention is two batched matmuls, which FlopCounterMode counts."""
+    model = make_model()
+    L, C, V = TINY.n_layer, TINY.n_embd, TINY.vocab_size
+    x = ids((1, t), seed=9)
+    cache = KVCache.for_model(model, batch_size=1)
+    with torch.no_grad():
+        if t > 1:
+            model(x[:, :-1], kv_cache=cache)  # the cache holds the first t - 1 positions
+        counts = []
+        for run in (lambda: model(x), lambda: model(x[:, -1:], kv_cache=cache)):
+            with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+                run()
+            counts.append(counter.get_total_flops())
+    full, cached = counts
+    assert full == t * (24 * L * C**2 + 2 * C * V) + 4 * L * C * t**2
+    assert cached * t == full
+
+
 def test_next_logits_past_block_size_equal_recomputation_on_the_window():
     model = make_model()
     seq = ids((2, 50), seed=4)
@@ -312,6 +335,68 @@ def test_generate_errors(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         generate(args.pop("model"), args.pop("idx"), args.pop("max_new_tokens"), **args)
+
+
+@pytest.mark.parametrize("max_new_tokens, use_cache", [(10**13, True), (10**13, False), (2**62, False)])
+def test_generate_refuses_an_output_that_cannot_fit_before_allocating_it(max_new_tokens, use_cache):
+    """10**13 new tokens would be a 160 TB output: refused naming max_new_tokens, not an allocator error."""
+    with pytest.raises(ValueError, match=rf"generate: max_new_tokens={max_new_tokens} \(a 2 x {max_new_tokens + 3} "
+                                         r"int64 output.* would need .*iB, more than the .* of memory of the device cpu"):
+        generate(GPT(TINY), ids((2, 3)), max_new_tokens, use_cache=use_cache)
+
+
+def test_kv_cache_refuses_a_cache_that_cannot_fit():
+    with pytest.raises(ValueError, match=r"KVCache: the keys and values, 2 x 1000000 x 1000000 x 12 x 1024 x 64 .* "
+                                         r"would need .*PiB, more than"):
+        KVCache(10**6, 10**6, 12, 64, 1024)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="KVCache: device must be a device of this machine, got device='cuda'"):
+            KVCache(1, 1, 1, 1, 1, device="cuda")
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-45, 1e-30, 1e-8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_tiny_temperature_is_greedy_not_nan(temperature, dtype):
+    """z / 1e-300 overflows (and 1e-300 rounds to 0 in float32): the largest logit is subtracted first."""
+    torch.manual_seed(0)
+    model = GPT(TINY).to(dtype)
+    prompt = ids((2, 3))
+    greedy = generate(model, prompt, 6, temperature=0)
+    assert torch.equal(generate(model, prompt, 6, temperature=temperature), greedy)
+    z = torch.tensor([[0.5, 3.0, -2.0, 3.0, float("-inf")]], dtype=dtype).expand(2000, 5)
+    draws = sample_next(z, temperature=temperature, generator=torch.Generator().manual_seed(0)).flatten()
+    counts = torch.bincount(draws, minlength=5)
+    assert counts[[0, 2, 4]].sum() == 0 and 900 < counts[1] < 1100  # the two tied maxima, each about half
+
+
+def test_shifting_by_the_largest_logit_keeps_the_draws_of_an_ordinary_temperature():
+    z = torch.randn(500, 40, generator=torch.Generator().manual_seed(3)) * 4
+    ours = sample_next(z, temperature=0.7, generator=torch.Generator().manual_seed(1))
+    naive = torch.multinomial(torch.softmax(z / 0.7, dim=-1), 1, generator=torch.Generator().manual_seed(1))
+    assert (ours == naive).float().mean() > 0.99  # equal up to rounding at the edges of a draw
+
+
+@pytest.mark.parametrize("kw", [dict(top_p=1e-300), dict(top_p=1e-50, top_k=3), dict(top_k=10**30), dict(top_k=1)])
+def test_extreme_top_k_and_top_p_values(kw):
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    prompt = ids((2, 3))
+    out = generate(model, prompt, 5, generator=torch.Generator().manual_seed(0), **kw)
+    if kw.get("top_k") != 10**30:  # the tiniest nucleus, like top_k=1, is the most likely token
+        assert torch.equal(out, generate(model, prompt, 5, temperature=0))
+    z = torch.tensor([[1.0, 2.0, 0.5]])
+    assert top_p_filter(z, 1e-300).isfinite().tolist() == [[False, True, False]]
+
+
+@pytest.mark.parametrize("bad, match", [(float("nan"), "got nan in row \\(1,\\)"), (float("inf"), "got inf in row \\(1,\\)")])
+def test_sample_next_refuses_nan_and_inf_logits_on_the_cpu(bad, match):
+    z = torch.zeros(3, 4)
+    z[1, 2] = bad
+    for kw in (dict(), dict(temperature=1e-300), dict(top_k=2), dict(top_p=0.5)):
+        with pytest.raises(ValueError, match="sample_next: logits must have a finite largest value in every row, " + match):
+            sample_next(z, **kw)
+    with pytest.raises(ValueError, match="sample_next: logits must have a finite largest value .*got -inf"):
+        sample_next(torch.full((4,), float("-inf")))
 
 
 def test_sampler_errors():

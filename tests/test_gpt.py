@@ -125,9 +125,14 @@ def test_gpt_loss_ignores_targets_minus_1(tiny_model, token_ids):
         logits, loss = tiny_model(token_ids, masked)
     expected = F.cross_entropy(logits[keep], targets[keep])  # the mean over the other positions only
     torch.testing.assert_close(loss, expected, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"GPT.forward: targets must hold at least one id that is not -1, "
+                                         r"got every target -1 \(ignored\).*average over nothing"):
+        tiny_model(token_ids, torch.full_like(targets, -1))  # a mean over no positions would be NaN
+    one = torch.full_like(targets, -1)
+    one[1, 3] = targets[1, 3]
     with torch.no_grad():
-        _, all_ignored = tiny_model(token_ids, torch.full_like(targets, -1))
-    assert all_ignored.isnan()  # a mean over no positions
+        logits, loss = tiny_model(token_ids, one)  # a single target is enough
+    torch.testing.assert_close(loss, F.cross_entropy(logits[1, 3], targets[1, 3]), rtol=0, atol=1e-6)
 
 
 def test_gpt_init_statistics():
@@ -238,6 +243,12 @@ def test_gpt_forward_errors(tiny_model, token_ids):
         model(good, good[:, :3])
     with pytest.raises(TypeError, match="GPT.forward: targets must have dtype int64"):
         model(good, good.float())
+    with pytest.raises(ValueError, match=r"GPT.forward: idx must not be empty, got idx.shape=\(0, 8\)"):
+        model(good[:0])  # an empty batch
+    with pytest.raises(ValueError, match="GPT.forward: idx must be on the model's device cpu, got idx.device=meta"):
+        model(good.to("meta"))
+    with pytest.raises(ValueError, match="GPT.forward: targets must be on the device of idx, cpu, got targets.device=meta"):
+        model(good, good.to("meta"))
 
 
 @pytest.mark.parametrize("bad", [65, -2, -100])
@@ -399,3 +410,8 @@ def test_from_pretrained_errors(tmp_path):
         GPT.from_pretrained(3)
     with pytest.raises(ValueError, match="GPT.from_pretrained: device must name a device"):
         GPT.from_pretrained(tmp_path, device="gpu7")
+    with pytest.raises(ValueError, match="GPT.from_pretrained: device must name a device .*got device='banana'"):
+        GPT.from_pretrained("gpt2", device="banana")  # refused before anything is read
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="GPT.from_pretrained: device must be a device of this machine, got device='cuda'"):
+            GPT.from_pretrained("gpt2", device="cuda")

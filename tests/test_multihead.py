@@ -376,18 +376,100 @@ def test_from_torch_errors(make, error, match):
         MultiHeadAttention.from_torch(make())
 
 
-# ---------------------------------------------------------------- forward: no checks of its own
+# ---------------------------------------------------------------- forward: metadata checks only
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_forward_with_a_wrong_width_fails_in_pytorch(need_weights):
-    """forward checks nothing (a block calls it at every step): a wrong shape fails in PyTorch's kernels
-    (or, on the weights path, in chapter 2's attention_weights), never silently."""
+def test_forward_with_a_wrong_width_names_the_argument(need_weights):
     m = MultiHeadAttention(D_MODEL, N_HEAD)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: query must have shape \(\*, \*, 12\), "
+                                         r"got query.shape=\(2, 5, 8\)"):
         m(torch.zeros(B, L, 8), need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key must have shape"):
+        m(torch.zeros(B, L, D_MODEL), torch.zeros(B, S, 8), need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: query must be 3-D, got query.shape=\(5, 12\)"):
+        m(torch.zeros(L, D_MODEL), need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key must have the batch size of query, "
+                                         r"got query.shape=\(2, 5, 12\) and key.shape=\(3, 7, 12\)"):
+        m(torch.zeros(B, L, D_MODEL), torch.zeros(3, S, D_MODEL), need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: value must have the \(B, S\) of key, "
+                                         r"got key.shape=\(2, 7, 12\) and value.shape=\(2, 6, 12\)"):
+        m(torch.zeros(B, L, D_MODEL), torch.zeros(B, S, D_MODEL), torch.zeros(B, S - 1, D_MODEL), need_weights=need_weights)
+    # The mask's shape is left to PyTorch's kernels (or chapter 2's attention_weights): never silent.
     with pytest.raises((RuntimeError, ValueError)):
         m(torch.zeros(B, L, D_MODEL), key_padding_mask=torch.zeros(B, L + 1, dtype=torch.bool), need_weights=need_weights)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+def test_forward_refuses_an_input_of_another_dtype(dtype, which):
+    m = MultiHeadAttention(D_MODEL, N_HEAD)  # float32
+    inputs = dict(zip(("query", "key", "value"), make_inputs(torch.float32)))
+    inputs[which] = inputs[which].to(dtype)
+    with pytest.raises(TypeError, match=rf"MultiHeadAttention.forward: {which} must have dtype float32 .*"
+                                        rf"got {which}.dtype={dtype}"):
+        m(**inputs)
+
+
+def test_forward_refuses_an_input_on_another_device():
+    m = MultiHeadAttention(D_MODEL, N_HEAD)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: query must be on the device .* cpu, "
+                                         r"got query.device=meta"):
+        m(torch.zeros(B, L, D_MODEL, device="meta"))
+
+
+@pytest.mark.parametrize("shape, which", [((0, L, D_MODEL), "query"), ((B, 0, D_MODEL), "query"), ((B, 0, D_MODEL), "key")])
+def test_forward_refuses_empty_inputs(shape, which):
+    m = MultiHeadAttention(D_MODEL, N_HEAD)
+    x = torch.zeros(B, L, D_MODEL)
+    args = (torch.zeros(shape),) if which == "query" else (x, torch.zeros(shape))
+    with pytest.raises(ValueError, match=rf"MultiHeadAttention.forward: {which} must not be empty, "
+                                         rf"got {which}.shape=\{tuple(shape)}".replace(")", r"\)")):
+        m(*args)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_forward_refuses_inf_and_nan_in_float_masks(bad, need_weights):
+    """A float mask is added to the scores: +inf or NaN would make the row NaN, so it is refused (on the CPU)."""
+    m = MultiHeadAttention(D_MODEL, N_HEAD)
+    x = make_inputs(torch.float32)[0]
+    mask = torch.zeros(L, L)
+    mask[2, 1] = bad
+    with pytest.raises(ValueError, match=rf"MultiHeadAttention.forward: attn_mask must hold finite numbers or -inf "
+                                         rf".*got {bad} at index \(2, 1\)"):
+        m(x, attn_mask=mask, need_weights=need_weights)
+    kpm = torch.zeros(B, L)
+    kpm[1, 4] = bad
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_padding_mask must hold finite numbers"):
+        m(x, key_padding_mask=kpm, need_weights=need_weights)
+    with pytest.raises(TypeError, match=r"MultiHeadAttention.forward: attn_mask must be a bool or floating tensor, "
+                                        r"got attn_mask.dtype=torch.int64"):
+        m(x, attn_mask=torch.ones(L, L, dtype=torch.long), need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_padding_mask must be on the device of query, "
+                                         r"cpu, got key_padding_mask.device=meta"):
+        m(x, key_padding_mask=torch.zeros(B, L, dtype=torch.bool, device="meta"), need_weights=need_weights)
+
+
+def test_float_mask_of_minus_inf_rows_gives_zero_output_not_nan():
+    """The documented behaviour for a query with no key to attend to: zero weights, finite output."""
+    m = MultiHeadAttention(D_MODEL, N_HEAD, bias=False)
+    x = make_inputs(torch.float32)[0]
+    mask = torch.zeros(L, L)
+    mask[3] = float("-inf")
+    out, weights = m(x, attn_mask=mask, need_weights=True)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[:, 3], torch.zeros_like(out[:, 3])) and torch.equal(weights[:, 3], torch.zeros_like(weights[:, 3]))
+    out_fast, _ = m(x, attn_mask=mask)
+    torch.testing.assert_close(out_fast, out)
+
+
+def test_forward_accepts_other_float_dtypes_under_autocast():
+    m = MultiHeadAttention(D_MODEL, N_HEAD)  # float32 weights
+    x = make_inputs(torch.float32)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = m(x.bfloat16())
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
 
 
 @pytest.mark.parametrize("cross", [False, True])
@@ -466,7 +548,7 @@ def test_kv_cache_without_is_causal_attends_to_every_stored_key(concat_cache):
 def test_kv_cache_with_cross_attention_is_refused(concat_cache):
     m = MultiHeadAttention(D_MODEL, N_HEAD)
     x, mem, _ = make_inputs(torch.float32)
-    with pytest.raises(ValueError, match="MultiHeadAttention: kv_cache "):
+    with pytest.raises(ValueError, match="MultiHeadAttention.forward: kv_cache works with self-attention only"):
         m(x, mem, kv_cache=concat_cache())
 
 
@@ -522,3 +604,44 @@ def test_bfloat16_dropout_only_in_training_and_seeded():
     torch.manual_seed(7)
     b = mha(x, is_causal=True)[0]
     assert torch.equal(a, b) and not torch.allclose(a, evaluated)
+
+
+# ---------------------------------------------------------------- causality: a future input changes no earlier output
+
+
+def largest_change_before(forward, T=7, seed=0):
+    """Change the input at each position t in turn; the largest change of an output at a position < t."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, D_MODEL, generator=g, dtype=torch.float64)
+    y = forward(x)
+    worst = 0.0
+    for t in range(1, T):
+        changed = x.clone()
+        changed[:, t] = torch.randn(B, D_MODEL, generator=g, dtype=torch.float64)
+        worst = max(worst, (forward(changed)[:, :t] - y[:, :t]).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_is_causal_output_ignores_future_inputs(need_weights):
+    ours, _ = make_pair(torch.float64)
+    assert largest_change_before(lambda x: ours(x, is_causal=True, need_weights=need_weights)[0]) <= 1e-12
+    # the weights of a query put nothing on later keys, so they too ignore a later input
+    if need_weights:
+        weights = lambda x: ours(x, is_causal=True, need_weights=True, average_attn_weights=False)[1].transpose(1, 2)  # (B, L, h, S)
+        assert largest_change_before(weights) <= 1e-12
+    # and the test can fail: without is_causal a later input does change earlier outputs
+    assert largest_change_before(lambda x: ours(x, need_weights=need_weights)[0]) > 1e-3
+
+
+def test_is_causal_through_a_kv_cache_ignores_future_inputs(concat_cache):
+    ours, _ = make_pair(torch.float64)
+
+    def in_pieces(x):  # the sequence fed as 3, 1 and 3 positions through a fresh cache
+        cache, outs, start = concat_cache(), [], 0
+        for n in (3, 1, 3):
+            outs.append(ours(x[:, start : start + n], is_causal=True, kv_cache=cache)[0])
+            start += n
+        return torch.cat(outs, dim=1)
+
+    assert largest_change_before(in_pieces) <= 1e-12

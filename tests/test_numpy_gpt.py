@@ -22,7 +22,7 @@ from transformer_lib.numpy_gpt import (
 )
 from transformer_lib.training import clip_grad_norm_, weight_decay_groups
 
-TOL = 1e-6  # relative error required in float64 (the agreement is about 1e-15)
+TOL = 1e-12  # relative error allowed against autograd in float64 (observed: about 1e-15)
 # the "tiny" preset as it is (biases, exact GELU) and in GPT-2's variant (no biases, tanh GELU)
 VARIANTS = pytest.mark.parametrize(
     "overrides", [{}, {"bias": False, "activation": "gelu_tanh"}], ids=["bias-gelu", "nobias-tanh"]

@@ -5,7 +5,9 @@ The tests that export or run a graph need the optional packages of ``transformer
 skip without them (the ``onnx_packages`` fixture).
 """
 
+import hashlib
 import json
+import shutil
 import sys
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from transformer_lib.config import GPTConfig
 from transformer_lib.gpt import GPT
-from transformer_lib.shipping import OnnxGPT, export_onnx
+from transformer_lib.shipping import CHECKSUM_SUFFIX, OnnxGPT, export_onnx
 
 
 def make_model(seed: int = 0, **overrides) -> GPT:
@@ -104,7 +106,26 @@ def test_onnx_file_declares_dynamic_axes_and_config(onnx_packages, dynamic_expor
     meta = {p.key: p.value for p in proto.metadata_props}
     assert json.loads(meta["transformer_lib.config"]) == model.config.to_dict()
     assert OnnxGPT(path).input_shape == ("batch", "seq")
-    assert sorted(p.name for p in path.parent.iterdir()) == ["tiny.onnx"]  # no temporary file left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["tiny.onnx", "tiny.onnx.sha256"]  # no temporary file
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (path.parent / "tiny.onnx.sha256").read_text() == f"{digest}  tiny.onnx\n"  # sha256sum's format
+
+
+@pytest.mark.slow  # exporting takes seconds
+def test_onnx_file_changed_after_export_is_refused(dynamic_export, tmp_path):
+    _, exported = dynamic_export
+    path = tmp_path / "tiny.onnx"
+    shutil.copy(exported, path)
+    shutil.copy(exported.with_name("tiny.onnx.sha256"), tmp_path / "tiny.onnx.sha256")
+    raw = path.read_bytes()
+    middle = len(raw) // 2
+    noise = bytes(torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8).tolist())
+    path.write_bytes(raw[:middle] + noise + raw[middle + 64:])
+    with pytest.raises(ValueError, match="OnnxGPT: .*tiny.onnx was modified or corrupted after it was exported: "
+                                         "checksum mismatch"):
+        OnnxGPT(path)
+    path.write_bytes(raw)
+    assert OnnxGPT(path).config.vocab_size == 65
 
 
 @pytest.mark.slow  # exporting takes seconds
@@ -142,22 +163,60 @@ def test_fixed_shape_export_in_eval_mode_restores_training_mode(onnx_packages, t
         runner(ids(2, 8))
 
 
-def test_onnx_runner_rejects_other_files(onnx_packages, tmp_path):
-    onnx = onnx_packages
+def identity_model(onnx, path):
+    """A valid ONNX file that export_onnx did not write (one Identity node), without a checksum file."""
     helper, TensorProto = onnx.helper, onnx.TensorProto
-
-    with pytest.raises(FileNotFoundError, match="path"):
-        OnnxGPT(tmp_path / "none.onnx")
-    junk = tmp_path / "junk.onnx"
-    junk.write_bytes(b"this is not a protobuf" * 10)
-    with pytest.raises(ValueError, match="ONNX Runtime cannot load"):
-        OnnxGPT(junk)
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    other = tmp_path / "other.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), other)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path)
+    return path
+
+
+def test_onnx_runner_rejects_other_files(onnx_packages, tmp_path):
+    with pytest.raises(FileNotFoundError, match="path"):
+        OnnxGPT(tmp_path / "none.onnx")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not a protobuf" * 10)
+    with pytest.raises(ValueError, match="ONNX Runtime cannot load"):
+        OnnxGPT(junk, verify=False)
+    other = identity_model(onnx_packages, tmp_path / "other.onnx")
     with pytest.raises(ValueError, match="was not written by export_onnx"):
-        OnnxGPT(other)
+        OnnxGPT(other, verify=False)
+
+
+def test_onnx_runner_verifies_the_checksum_before_loading(onnx_packages, tmp_path):
+    path = identity_model(onnx_packages, tmp_path / "m.onnx")
+    sums = tmp_path / ("m.onnx" + CHECKSUM_SUFFIX)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(FileNotFoundError, match=r"OnnxGPT: .*m.onnx has no checksum file m.onnx.sha256 .*"
+                                                "sha256=.*verify=False"):
+        OnnxGPT(path)
+    for good in (f"{digest}  m.onnx\n", f"{digest.upper()} *m.onnx\n", digest):  # what sha256sum writes, or less
+        sums.write_text(good)
+        with pytest.raises(ValueError, match="was not written by export_onnx"):  # verified, then loaded
+            OnnxGPT(path)
+    with pytest.raises(ValueError, match="was not written by export_onnx"):
+        OnnxGPT(path, sha256=digest)
+    sums.write_text("0" * 64 + "  m.onnx\n")
+    with pytest.raises(ValueError, match=r"m.onnx was modified or corrupted after it was exported: checksum "
+                                         r"mismatch \(expected 0000000000000000... from m.onnx.sha256"):
+        OnnxGPT(path)
+    with pytest.raises(ValueError, match="checksum mismatch .*from sha256"):
+        OnnxGPT(path, sha256="f" * 64)
+    for bad in ("", "not a checksum  m.onnx", "\xff" * 70):
+        sums.write_text(bad, encoding="latin-1")
+        with pytest.raises(ValueError, match="m.onnx.sha256"):
+            OnnxGPT(path)
+    sums.unlink()
+    sums.mkdir()
+    with pytest.raises((OSError, ValueError), match="m.onnx.sha256"):
+        OnnxGPT(path)
+    with pytest.raises(ValueError, match="OnnxGPT: sha256 must be 64 hex digits"):
+        OnnxGPT(path, sha256="abc")
+    with pytest.raises(ValueError, match="OnnxGPT: sha256 .* verify=False"):
+        OnnxGPT(path, sha256=digest, verify=False)
+    with pytest.raises(TypeError, match="OnnxGPT: verify"):
+        OnnxGPT(path, verify="no")

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -21,6 +22,8 @@ from transformer_lib.gpt import GPT
 from transformer_lib.training import (
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
+    MAX_BATCH_SIZE,
+    MAX_STEPS,
     METRICS_FILE,
     TRAIN_PRESETS,
     AdamW,
@@ -36,6 +39,7 @@ from transformer_lib.training import (
     train,
     weight_decay_groups,
 )
+from transformer_lib.utils import state_sha256, tensor_sha256
 
 # float32: a loss of a few nats has an ulp of 4.8e-7; float64: a few ulp at most.
 ATOL = {torch.float32: 2e-6, torch.float64: 1e-12}
@@ -85,6 +89,29 @@ def test_cross_entropy_errors():
         cross_entropy(torch.randn(7), torch.zeros((), dtype=torch.long))
     with pytest.raises(ValueError, match="label_smoothing"):
         cross_entropy(torch.randn(4, 7), torch.zeros(4, dtype=torch.long), label_smoothing=1.5)
+    with pytest.raises(ValueError, match="logits must not be empty"):  # an empty batch: a mean over nothing
+        cross_entropy(torch.randn(0, 7), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(TypeError, match="ignore_index"):
+        cross_entropy(torch.randn(4, 7), torch.zeros(4, dtype=torch.long), ignore_index=1.5)
+
+
+def test_cross_entropy_refuses_targets_out_of_range():
+    z = torch.randn(4, 7)
+    with pytest.raises(ValueError, match=r"targets must hold ids in \[0, 7\) or ignore_index=-100, got the id 7"):
+        cross_entropy(z, torch.tensor([0, 1, 7, 2]))
+    # GPT's -1 with PyTorch's default ignore_index: the message says what to pass
+    with pytest.raises(ValueError, match="got the id -1 .*pass ignore_index=-1"):
+        cross_entropy(z, torch.tensor([0, -1, 3, 2]))
+    ours = cross_entropy(z, torch.tensor([0, -1, 3, 2]), ignore_index=-1)
+    torch.testing.assert_close(ours, F.cross_entropy(z, torch.tensor([0, -1, 3, 2]), ignore_index=-1))
+
+
+@pytest.mark.parametrize("ignore_index", [-100, -1])
+def test_cross_entropy_refuses_a_mean_over_nothing(ignore_index):
+    targets = torch.full((2, 3), ignore_index)
+    assert F.cross_entropy(torch.randn(6, 5), targets.view(-1), ignore_index=ignore_index).isnan()  # PyTorch
+    with pytest.raises(ValueError, match=f"every target equals ignore_index={ignore_index}"):
+        cross_entropy(torch.randn(2, 3, 5), targets, ignore_index=ignore_index)
 
 
 # ---------------------------------------------------------------- AdamW
@@ -297,7 +324,15 @@ def test_clip_grad_norm_single_tensor_and_no_grads():
     (dict(grad_clip=-1.0), ValueError, "grad_clip"),
     (dict(device=0), TypeError, "device"),
     (dict(device="gpu7"), ValueError, "device"),
+    (dict(device="meta"), ValueError, "device must hold data"),
     (dict(precision="float16"), ValueError, "precision"),
+    (dict(seed=2**63), ValueError, r"seed must be an int in \[0, 9.22337e\+18\]"),
+    (dict(seed=10**30), ValueError, "seed"),
+    (dict(max_steps=MAX_STEPS + 1), ValueError, "max_steps"),
+    (dict(max_steps=10**30, warmup_steps=5), ValueError, "max_steps"),
+    (dict(batch_size=MAX_BATCH_SIZE + 1), ValueError, "batch_size"),
+    (dict(eval_iters=10**12), ValueError, "eval_iters"),
+    (dict(eval_interval=10**12), ValueError, "eval_interval"),
 ])
 def test_train_config_validation(kw, exc, match):
     with pytest.raises(exc, match=f"TrainConfig: .*{match}"):
@@ -409,8 +444,125 @@ def test_checkpoint_rejects_corrupt_file(tmp_path):
     with pytest.raises(ValueError, match="bad.pt is not a transformer_lib checkpoint or corrupt"):
         load_checkpoint(path)
     path.write_bytes(b"")
-    with pytest.raises(ValueError, match="not a transformer_lib checkpoint or corrupt"):
+    with pytest.raises(ValueError, match="bad.pt is empty"):
         load_checkpoint(path)
+
+
+def test_checkpoint_records_its_checksums(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    model, _ = _save(path)
+    raw = torch.load(path, weights_only=True)
+    assert raw["model_sha256"] == {k: tensor_sha256(v) for k, v in model.state_dict().items()}
+    assert raw["sha256"] == state_sha256({k: v for k, v in raw.items() if k != "sha256"})
+
+
+def _resave(path, change):
+    """Load the checkpoint's dict, ``change(d)`` it, and save it with torch.save (no new checksum)."""
+    d = torch.load(path, weights_only=True)
+    change(d)
+    torch.save(d, path)
+
+
+def test_a_changed_weight_is_refused_naming_the_file_and_tensor(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    _save(path)
+    _resave(path, lambda d: d["model"]["wpe.weight"].view(torch.int32)[3, 4].bitwise_xor_(1))  # one bit
+    with pytest.raises(ValueError, match=r"ckpt.pt was modified or corrupted after it was written: checksum "
+                                         r"mismatch .*differ from what was written: \['wpe.weight'\]"):
+        load_checkpoint(path)
+
+
+def test_a_changed_step_or_metric_is_refused(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    for change in (lambda d: d.update(step=4), lambda d: d["metrics"].update(elapsed=1.0),
+                   lambda d: d["rng"]["python"]["state"].__setitem__(5, 0), lambda d: d.update(extra=1)):
+        _save(path)
+        _resave(path, change)
+        with pytest.raises(ValueError, match="checksum mismatch"):
+            load_checkpoint(path)
+
+
+def test_a_checkpoint_without_checksum_is_refused(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    _save(path)
+    _resave(path, lambda d: d.pop("sha256"))
+    with pytest.raises(ValueError, match="ckpt.pt has no checksum"):
+        load_checkpoint(path)
+
+
+def _resave_valid(path, change):
+    """As _resave, with a new checksum: a file that verifies but whose content is wrong."""
+    d = torch.load(path, weights_only=True)
+    change(d)
+    d.pop("sha256")
+    d["sha256"] = state_sha256(d)
+    torch.save(d, path)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda d: d.pop("model"), r"lacks the entries \['model'\]"),
+    (lambda d: d.update(step="3"), "'step' must be an int >= 0, got '3'"),
+    (lambda d: d.update(step=-1), "'step' must be an int >= 0"),
+    (lambda d: d["model"].update({"wpe.weight": [1.0]}), "'model' must map parameter names to tensors"),
+    (lambda d: d.update(optimizer=[]), "'optimizer' must be an optimizer state dict"),
+    (lambda d: d["model_config"].update(n_head=3), "'model_config' is not a valid GPTConfig: .*n_embd"),
+    (lambda d: d["train_config"].pop("lr") and d["train_config"].update(learning_rate=1.0),
+     "'train_config' is not a valid TrainConfig: .*learning_rate"),
+    (lambda d: d["rng"].pop("generator"), "'rng' does not hold valid random states: KeyError"),
+    (lambda d: d["rng"].update(generator=torch.zeros(3, dtype=torch.uint8)), "'rng' does not hold valid random"),
+    (lambda d: d["rng"]["numpy"].update(keys=[1, 2]), "'rng' does not hold valid random states"),
+    (lambda d: d.update(metrics=[]), "'metrics' must be a dict"),
+    (lambda d: d["metrics"].update(history={}), "'metrics' must be a dict, with a list 'history'"),
+])
+def test_invalid_entries_are_refused_naming_the_file_and_key(tmp_path, change, match):
+    path = tmp_path / "ckpt.pt"
+    _save(path, metrics={"history": []})
+    _resave_valid(path, change)
+    torch.manual_seed(3)
+    expected = torch.rand(2)
+    torch.manual_seed(3)
+    with pytest.raises(ValueError, match=f"load_checkpoint: .*ckpt.pt is not a valid checkpoint: .*{match}"):
+        load_checkpoint(path, generator=torch.Generator())
+    assert torch.equal(torch.rand(2), expected)  # the global RNG untouched
+
+
+def test_a_checkpoint_that_does_not_fit_changes_nothing(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    _save(path)
+    other = GPT(GPTConfig.from_preset("tiny", n_embd=16))
+    opt = AdamW(weight_decay_groups(other, 0.1))
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(ValueError, match=r"model state in .*ckpt.pt does not fit the model: .*'wpe.weight': "
+                                         r"\(\(16, 32\), \(16, 16\)\)"):
+        load_checkpoint(path, model=other, optimizer=opt)
+    assert all(torch.equal(before[k], v) for k, v in other.state_dict().items())
+    fewer = GPT(GPTConfig.from_preset("tiny", n_layer=1))
+    with pytest.raises(ValueError, match=r"missing \[\], unexpected \[.*'blocks.1.attn"):
+        load_checkpoint(path, model=fewer)
+    same = GPT(TINY)
+    with pytest.raises(ValueError, match="optimizer state in .*ckpt.pt does not fit the optimizer"):
+        load_checkpoint(path, model=same, optimizer=AdamW(same.parameters()))  # one group, not two
+
+
+def test_save_checkpoint_turns_numpy_scalars_into_numbers(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    _save(path, metrics={"loss": np.float32(1.5), "n": np.int64(3), "t": torch.tensor(2.0),
+                         "history": [{"ok": np.bool_(True)}], "pair": (np.float64(0.5), "a")})
+    m = load_checkpoint(path)["metrics"]
+    assert m == {"loss": 1.5, "n": 3, "t": 2.0, "history": [{"ok": True}], "pair": (0.5, "a")}
+    assert [type(m[k]) for k in ("loss", "n", "t")] == [float, int, float]
+
+
+@pytest.mark.parametrize("metrics,where", [
+    ({"curve": np.zeros(3)}, r"metrics\['curve'\]"),
+    ({"history": [{"loss": torch.ones(2)}]}, r"metrics\['history'\]\[0\]\['loss'\]"),
+    ({"by_step": {1: 2.0}}, r"metrics\['by_step'\]"),
+    ({"f": print}, r"metrics\['f'\]"),
+])
+def test_save_checkpoint_refuses_metrics_it_could_not_read_back(tmp_path, metrics, where):
+    with pytest.raises(TypeError, match=f"save_checkpoint: {where} must be a plain value"):
+        _save(tmp_path / "ckpt.pt", metrics=metrics)
+    assert not list(tmp_path.iterdir())
 
 
 def test_checkpoint_rejects_foreign_files(tmp_path):
@@ -471,19 +623,37 @@ def test_estimate_loss_is_deterministic_and_keeps_mode(mode):
 
 
 def test_estimate_loss_restores_training_mode_after_an_exception():
-    model = GPT(GPTConfig.from_preset("tiny", dropout=0.1)).train()
-    with pytest.raises(ValueError, match="block_size"):  # raised by get_batch inside the evaluation
-        estimate_loss(model, DATA[:10], block_size=16, batch_size=4, iters=3,
+    class Failing(nn.Module):
+        def forward(self, x, y):
+            raise RuntimeError("the forward pass failed")
+
+    model = nn.Sequential(Failing(), nn.Dropout(0.1)).train()
+    model.forward = model[0].forward
+    with pytest.raises(RuntimeError, match="forward pass failed"):
+        estimate_loss(model, DATA, block_size=16, batch_size=4, iters=3,
                       generator=torch.Generator().manual_seed(0), device="cpu")
     assert model.training and all(m.training for m in model.modules())
 
 
 def test_estimate_loss_errors(tiny_model):
     kw = dict(block_size=16, batch_size=4, device="cpu")
+    g = torch.Generator()
     with pytest.raises(TypeError, match="estimate_loss: generator"):
         estimate_loss(tiny_model, DATA, iters=3, generator=None, **kw)
     with pytest.raises(ValueError, match="estimate_loss: iters"):
-        estimate_loss(tiny_model, DATA, iters=0, generator=torch.Generator(), **kw)
+        estimate_loss(tiny_model, DATA, iters=0, generator=g, **kw)
+    with pytest.raises(ValueError, match="estimate_loss: iters"):
+        estimate_loss(tiny_model, DATA, iters=10**9, generator=g, **kw)
+    with pytest.raises(ValueError, match=r"estimate_loss: data must hold more than block_size=16 tokens"):
+        estimate_loss(tiny_model, DATA[:16], iters=1, generator=g, **kw)
+    with pytest.raises(ValueError, match=r"estimate_loss: data must hold ids in \[0, vocab_size=65\), got the id -1"):
+        estimate_loss(tiny_model, torch.cat([DATA, torch.tensor([-1])]), iters=1, generator=g, **kw)
+    with pytest.raises(TypeError, match="estimate_loss: data must hold integer token ids"):
+        estimate_loss(tiny_model, DATA.float(), iters=1, generator=g, **kw)
+    with pytest.raises(ValueError, match="estimate_loss: device must hold data"):
+        estimate_loss(tiny_model, DATA, iters=1, generator=g, **{**kw, "device": "meta"})
+    with pytest.raises(ValueError, match="estimate_loss: device"):
+        estimate_loss(tiny_model, DATA, iters=1, generator=g, **{**kw, "device": "banana"})
 
 
 @pytest.mark.slow
@@ -548,6 +718,10 @@ def test_train_writes_metrics_and_checkpoint(tmp_path):
     (dict(should_stop=True), TypeError, "should_stop"),
     (dict(out_dir=3), TypeError, "out_dir"),
     (dict(resume=True), ValueError, "resume"),
+    (dict(train_data=DATA.float()), TypeError, "train_data must hold integer token ids"),
+    (dict(train_data=DATA[:16]), ValueError, "train_data must hold more than block_size=16 tokens"),
+    (dict(val_data=DATA + 6), ValueError, r"val_data must hold ids in \[0, vocab_size=65\), got the id 70"),
+    (dict(train_data=DATA - 1), ValueError, "train_data must hold ids .* got the id -1"),
 ])
 def test_train_argument_errors(tiny_model, kw, exc, match):
     args = dict(model=tiny_model, train_data=DATA, val_data=DATA, config=small_config(), progress=False) | kw
@@ -555,6 +729,76 @@ def test_train_argument_errors(tiny_model, kw, exc, match):
     with pytest.raises(exc, match=f"train: {match}"):
         train(args.pop("model"), args.pop("train_data"), args.pop("val_data"), args.pop("config"), **args)
     assert all(torch.equal(before[k], v) for k, v in tiny_model.state_dict().items())  # nothing trained
+
+
+def _snapshot(model):
+    return model.training, {k: (v.device, v.clone()) for k, v in model.state_dict().items()}
+
+
+def _unchanged(model, snapshot) -> bool:
+    mode, state = snapshot
+    return model.training == mode and all(
+        v.device == state[k][0] and torch.equal(v, state[k][1]) for k, v in model.state_dict().items()
+    )
+
+
+def test_train_on_the_meta_device_is_refused_and_the_model_kept(tiny_model):
+    before = _snapshot(tiny_model)
+    config = dataclasses.replace(small_config())
+    object.__setattr__(config, "device", "meta")  # as if TrainConfig had not refused it
+    with pytest.raises(ValueError, match="train: config.device must hold data, got config.device='meta'"):
+        train(tiny_model, DATA, DATA, config, progress=False)
+    assert _unchanged(tiny_model, before)
+    meta_model = GPT(TINY).to("meta")
+    with pytest.raises(ValueError, match="train: model is on the meta device"):
+        train(meta_model, DATA, DATA, small_config(), progress=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_train_on_a_missing_gpu_is_refused_and_the_model_kept(tiny_model):
+    before = _snapshot(tiny_model)
+    for device in ("cuda", "cuda:3"):
+        with pytest.raises(ValueError, match=f"train: config.device must be a device of this machine, "
+                                             f"got config.device='{device}'"):
+            train(tiny_model, DATA, DATA, small_config(device=device), progress=False)
+    assert _unchanged(tiny_model, before)
+
+
+def test_a_failure_during_training_restores_the_device_and_mode(tiny_model, monkeypatch):
+    tiny_model.eval()
+    moves = []
+    real_to = GPT.to
+
+    def recording_to(self, *args, **kwargs):
+        moves.append(args)
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "to", recording_to)
+
+    def boom() -> bool:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_model, DATA, DATA, small_config(), progress=False, should_stop=boom)
+    assert not tiny_model.training  # back in the mode it came in
+    assert moves == [("cpu",), (torch.device("cpu"),)]  # moved to the training device, then back home
+
+
+def test_out_dir_that_is_a_file_is_refused(tmp_path, tiny_model):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="train: out_dir must be a directory, got the file"):
+        train(tiny_model, DATA, DATA, small_config(), out_dir=tmp_path / "f", progress=False)
+    with pytest.raises(NotADirectoryError, match="train: out_dir .*f/run cannot be created"):
+        train(tiny_model, DATA, DATA, small_config(), out_dir=tmp_path / "f" / "run", progress=False)
+
+
+def test_resume_from_a_corrupt_checkpoint_changes_nothing(tmp_path, tiny_model):
+    _save(tmp_path / CHECKPOINT_FILE)
+    _resave(tmp_path / CHECKPOINT_FILE, lambda d: d["model"]["wte.weight"].add_(1.0))
+    before = _snapshot(tiny_model)
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        train(tiny_model, DATA, DATA, small_config(), out_dir=tmp_path, resume=True, progress=False)
+    assert _unchanged(tiny_model, before)
 
 
 def test_train_resume_errors(tmp_path, tiny_model):

@@ -47,6 +47,9 @@ from transformer_lib.training import (
 from transformer_lib.evaluate import (
     evaluate_split,
 )
+from transformer_lib.pretrained import (
+    load_book_model,
+)
 from transformer_lib.generation import (
     sample_next,
     KVCache,
@@ -87,6 +90,7 @@ __all__ = [
     "load_checkpoint",
     "train",
     "evaluate_split",
+    "load_book_model",
     "sample_next",
     "KVCache",
     "generate",

@@ -20,6 +20,7 @@ __all__ = [
     "check_choice",
     "check_tensor",
     "check_array",
+    "check_like",
     "check_device",
     "check_path",
 ]
@@ -157,29 +158,83 @@ def check_array(
     return a
 
 
-def check_device(where: str, name: str, device) -> torch.device:
-    """``device`` (a ``torch.device`` or a string such as ``"cpu"`` or ``"cuda:0"``) as a ``torch.device``."""
+def check_like(where: str, name: str, x, like: Tensor, *, what: str = "the module's parameters") -> Tensor:
+    """``x``, a tensor with the dtype and device of ``like`` (for example a module's weight).
+
+    For the ``forward`` of a module that a user may call directly: two comparisons of metadata, no
+    data read, instead of PyTorch's "mat1 and mat2 must have the same dtype" from deep inside.
+    Under ``torch.autocast`` on ``x``'s device a floating ``x`` of another dtype is accepted, since
+    autocast casts it.
+    """
+    if isinstance(x, Tensor) and x.dtype == like.dtype and x.device == like.device:
+        return x  # the common case, as cheap as possible
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{where}: {name} must be a tensor, got {type(x).__name__}")
+    if x.device != like.device:
+        raise ValueError(
+            f"{where}: {name} must be on the device of {what}, {like.device}, got {name}.device={x.device}; "
+            f"move it with {name}.to({str(like.device)!r}) or the module with .to({str(x.device)!r})"
+        )
+    if not (x.is_floating_point() and _autocast_enabled(x.device.type)):
+        raise TypeError(
+            f"{where}: {name} must have dtype {str(like.dtype).removeprefix('torch.')} (that of {what}), "
+            f"got {name}.dtype={x.dtype}; convert it with {name}.to({like.dtype})"
+            + (f" or the module with .to({x.dtype})" if x.is_floating_point() else "")
+        )
+    return x
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know, e.g. "meta"
+        return False
+
+
+def check_device(where: str, name: str, device, *, available: bool = False) -> torch.device:
+    """``device`` (a ``torch.device`` or a string such as ``"cpu"`` or ``"cuda:0"``) as a ``torch.device``.
+
+    With ``available=True`` the device must also exist on this machine (for a function that puts
+    tensors there now, rather than a configuration that may be used elsewhere).
+    """
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"{where}: {name} must be a str or torch.device, got {type(device).__name__}")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except RuntimeError:
         raise ValueError(
             f"{where}: {name} must name a device such as 'cpu' or 'cuda', got {name}={device!r}"
         ) from None
+    if available and dev.type not in ("cpu", "meta"):
+        module = getattr(torch, dev.type, None)
+        try:
+            count = module.device_count() if module is not None and module.is_available() else 0
+        except (AttributeError, RuntimeError):
+            count = 0
+        if (dev.index or 0) >= count:
+            have = f"{count} {dev.type} device{'s' if count != 1 else ''}" if count else f"no {dev.type} device"
+            raise ValueError(f"{where}: {name} must be a device of this machine, got {name}={device!r} ({have} here)")
+    return dev
 
 
 def check_path(where: str, name: str, path, *, kind: str | None = None) -> Path:
-    """``path`` (a ``str`` or ``os.PathLike``) as a ``Path``; with ``kind`` "file" or "dir" it must exist as one."""
+    """``path`` (a ``str`` or ``os.PathLike``) as a ``Path``.
+
+    ``kind="file"`` or ``"dir"``: it must exist as one; ``kind="output"``: a file to write, so not a
+    directory, and its parent directory must exist.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{where}: {name} must be a str or os.PathLike, got {type(path).__name__}")
     p = Path(path).expanduser()
-    if kind == "file":
-        if p.is_dir():
-            raise IsADirectoryError(f"{where}: {name} must be a file, got the directory {os.fspath(p)}")
-        if not p.is_file():
-            raise FileNotFoundError(f"{where}: {name}: no such file: {os.fspath(p)}")
-    elif kind == "dir":
+    if kind in ("file", "output") and p.is_dir():
+        raise IsADirectoryError(f"{where}: {name} must be a file, got the directory {os.fspath(p)}")
+    if kind == "file" and not p.is_file():
+        raise FileNotFoundError(f"{where}: {name}: no such file: {os.fspath(p)}")
+    if kind == "output" and not p.parent.is_dir():
+        if p.parent.exists():
+            raise NotADirectoryError(f"{where}: {name}: {os.fspath(p.parent)} is a file, not the directory of {os.fspath(p)}")
+        raise FileNotFoundError(f"{where}: {name}: no such directory: {os.fspath(p.parent)} (to write {os.fspath(p)})")
+    if kind == "dir":
         if p.exists() and not p.is_dir():
             raise NotADirectoryError(f"{where}: {name} must be a directory, got the file {os.fspath(p)}")
         if not p.is_dir():

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_array, check_bool, check_float, check_int, check_tensor
+from transformer_lib._checks import check_array, check_bool, check_device, check_float, check_int, check_tensor
 
 
 def softmax_np(x: np.ndarray, axis: int = -1, *, empty_to_zero: bool = False) -> np.ndarray:
@@ -90,13 +90,18 @@ def _check_attention_args(where: str, q, k, v, attn_mask, is_causal, scale, *, n
                 f"{where}: {name} must have at least 2 dimensions (..., {rows}, features), "
                 f"got {name}.shape={tuple(x.shape)}"
             )
+        if 0 in x.shape:  # no queries, no keys (a softmax over nothing) or an empty batch
+            raise ValueError(f"{where}: {name} must not be empty, got {name}.shape={tuple(x.shape)}")
     shapes = " and ".join(f"{name}.shape={tuple(x.shape)}" for name, x in named.items())
     if len({x.dtype for x in named.values()}) > 1:
         dtypes = ", ".join(f"{name}.dtype={x.dtype}" for name, x in named.items())
         raise TypeError(f"{where}: {', '.join(named)} must have the same dtype, got {dtypes}")
-    if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
+    if not numpy and len({x.device for x in named.values()}) > 1:
+        devices = ", ".join(f"{name}.device={x.device}" for name, x in named.items())
+        raise ValueError(f"{where}: {', '.join(named)} must be on the same device, got {devices}")
+    if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"{where}: q and k must have the same last dimension (E >= 1), "
+            f"{where}: q and k must have the same last dimension (E), "
             f"got q.shape={tuple(q.shape)} and k.shape={tuple(k.shape)}"
         )
     if v is not None and k.shape[-2] != v.shape[-2]:
@@ -117,6 +122,8 @@ def _check_attention_args(where: str, q, k, v, attn_mask, is_causal, scale, *, n
             f"got attn_mask.shape={tuple(attn_mask.shape)} and is_causal=True"
         )
     check(where, "attn_mask", attn_mask)
+    if not numpy and attn_mask.device != q.device:
+        raise ValueError(f"{where}: attn_mask must be on the device of q, {q.device}, got attn_mask.device={attn_mask.device}")
     if not (attn_mask.dtype.kind in "bf" if numpy else attn_mask.dtype == torch.bool or attn_mask.is_floating_point()):
         raise TypeError(
             f"{where}: attn_mask must have dtype bool (True = may attend) or a floating dtype "
@@ -128,6 +135,34 @@ def _check_attention_args(where: str, q, k, v, attn_mask, is_causal, scale, *, n
             f"{where}: attn_mask must broadcast to the scores' shape (..., L, S) = {target}, "
             f"got attn_mask.shape={tuple(attn_mask.shape)}"
         )
+    if attn_mask.dtype != (np.bool_ if numpy else torch.bool):
+        _check_additive_mask(where, "attn_mask", attn_mask)
+
+
+def _check_additive_mask(where: str, name: str, mask) -> None:
+    """Refuse ``+inf`` and NaN in a floating mask (a NumPy array, or a tensor on the CPU).
+
+    A float mask is added to the scores: ``-inf`` forbids an entry, a finite number shifts it,
+    but ``+inf`` or NaN would make the softmax of its row NaN. Reading the values costs a pass over
+    the mask, so a tensor on an accelerator (where it would make the host wait) or one being traced
+    by ``torch.compile`` is not checked.
+    """
+    if isinstance(mask, np.ndarray):
+        bad = np.isnan(mask) | np.isposinf(mask)
+        if not bad.any():
+            return
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+    else:
+        if mask.device.type != "cpu" or torch.compiler.is_compiling():
+            return
+        bad = torch.isnan(mask) | torch.isposinf(mask)
+        if not bool(bad.any()):
+            return
+        first = tuple(bad.nonzero()[0].tolist())
+    raise ValueError(
+        f"{where}: {name} must hold finite numbers or -inf (it is added to the scores; -inf forbids an "
+        f"entry), got {mask[first].item()} at index {first}, which would make that row of weights NaN"
+    )
 
 
 def scaled_dot_product_attention_np(
@@ -161,8 +196,9 @@ def scaled_dot_product_attention_np(
     Raises:
         TypeError: for non-array inputs, non-floating or mixed dtypes of ``q``, ``k``, ``v``, or an
             ``attn_mask`` whose dtype is neither bool nor floating.
-        ValueError: for mismatched shapes, an ``attn_mask`` that does not broadcast to (..., L, S),
-            ``attn_mask`` given together with ``is_causal=True``, or a non-positive ``scale``.
+        ValueError: for mismatched shapes, an empty ``q``, ``k`` or ``v``, an ``attn_mask`` that does
+            not broadcast to (..., L, S) or that holds ``+inf`` or NaN (a float mask, checked on the
+            CPU), ``attn_mask`` given together with ``is_causal=True``, or a non-positive ``scale``.
     """
     _check_attention_args("scaled_dot_product_attention_np", q, k, v, attn_mask, is_causal, scale, numpy=True)
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -194,11 +230,13 @@ def causal_mask(size_q: int, size_k: int | None = None, *, device: torch.device 
         (L, S) bool tensor, True on and below the diagonal.
 
     Raises:
-        TypeError: if a size is not an int.
-        ValueError: if a size is negative.
+        TypeError: if a size is not an int or ``device`` not a str or device.
+        ValueError: if a size is negative, or ``device`` is not a device of this machine.
     """
     size_q = check_int("causal_mask", "size_q", size_q, minimum=0)
     size_k = size_q if size_k is None else check_int("causal_mask", "size_k", size_k, minimum=0)
+    if device is not None:
+        device = check_device("causal_mask", "device", device, available=True)
     return torch.ones(size_q, size_k, dtype=torch.bool, device=device).tril()
 
 
@@ -225,9 +263,12 @@ def padding_mask(
     Raises:
         TypeError: if ``lengths`` is not a sequence of ints or a 1-D integer tensor, or ``max_len``
             is not an int.
-        ValueError: if a length is negative, ``max_len`` is negative, or a length exceeds ``max_len``.
+        ValueError: if a length is negative, ``max_len`` is negative, a length exceeds ``max_len``, or
+            ``device`` is not a device of this machine.
     """
     where = "padding_mask"
+    if device is not None:
+        device = check_device(where, "device", device, available=True)
     if isinstance(lengths, np.ndarray):
         lengths = torch.from_numpy(lengths)
     if isinstance(lengths, torch.Tensor):
@@ -316,8 +357,9 @@ def attention_weights(
     Raises:
         TypeError: for non-tensor inputs, non-floating or mixed dtypes of ``q`` and ``k``, or an
             ``attn_mask`` whose dtype is neither bool nor floating.
-        ValueError: for mismatched shapes, an ``attn_mask`` that does not broadcast to (..., L, S),
-            ``attn_mask`` given together with ``is_causal=True``, or a non-positive ``scale``.
+        ValueError: for mismatched shapes, an empty ``q``, ``k`` or ``v``, an ``attn_mask`` that does
+            not broadcast to (..., L, S) or that holds ``+inf`` or NaN (a float mask, checked on the
+            CPU), ``attn_mask`` given together with ``is_causal=True``, or a non-positive ``scale``.
     """
     _check_attention_args("attention_weights", q, k, None, attn_mask, is_causal, scale)
     L, S, E = q.size(-2), k.size(-2), q.size(-1)
@@ -366,8 +408,9 @@ def scaled_dot_product_attention(
     Raises:
         TypeError: for non-tensor inputs, non-floating or mixed dtypes of ``q``, ``k``, ``v``, an
             ``attn_mask`` whose dtype is neither bool nor floating, or a non-number ``dropout_p``.
-        ValueError: for mismatched shapes, an ``attn_mask`` that does not broadcast to (..., L, S),
-            ``attn_mask`` given together with ``is_causal=True``, a non-positive ``scale`` or a
+        ValueError: for mismatched shapes, an empty ``q``, ``k`` or ``v``, an ``attn_mask`` that does
+            not broadcast to (..., L, S) or that holds ``+inf`` or NaN (a float mask, checked on the
+            CPU), ``attn_mask`` given together with ``is_causal=True``, a non-positive ``scale`` or a
             ``dropout_p`` outside [0, 1].
     """
     where = "scaled_dot_product_attention"

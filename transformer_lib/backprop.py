@@ -144,12 +144,12 @@ def embedding_backward(dy: np.ndarray, cache) -> np.ndarray:
     Returns:
         ``dweight``, (num_embeddings, dim).
     """
-    ids, (V, C), dtype = cache
+    ids, (n, C), dtype = cache
     flat = ids.reshape(-1)
     order = np.argsort(flat, kind="stable")
     sorted_ids = flat[order]
     starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])  # first position of each id
-    dweight = np.zeros((V, C), dtype=dtype)
+    dweight = np.zeros((n, C), dtype=dtype)
     dweight[sorted_ids[starts]] = np.add.reduceat(dy.reshape(-1, C)[order], starts, axis=0)
     return dweight
 
@@ -158,8 +158,8 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray):
     """Mean cross-entropy of ``logits`` against target ids, from a max-shifted log-softmax.
 
     Args:
-        logits: (N, V) or (B, T, V) float32 or float64 array.
-        targets: integer array of ids in ``[0, V)`` with the shape of ``logits`` without its last
+        logits: (N, vocab_size) or (B, T, vocab_size) float32 or float64 array.
+        targets: integer array of ids in ``[0, vocab_size)`` with the shape of ``logits`` without its last
             dimension.
 
     Returns:
@@ -176,13 +176,13 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray):
     if logits.ndim < 2 or targets.shape != logits.shape[:-1]:
         raise ValueError(f"{where}: targets must have the shape of logits (at least 2-D) without its last "
                          f"dimension, got logits.shape={logits.shape} and targets.shape={targets.shape}")
-    V = logits.shape[-1]
-    _check_ids(where, "targets", targets, V)
-    z = logits.reshape(-1, V)
+    n_vocab = logits.shape[-1]
+    _check_ids(where, "targets", targets, n_vocab)
+    z = logits.reshape(-1, n_vocab)
     t = targets.reshape(-1)
-    shifted = z - np.fmax.reduce(z, axis=1, keepdims=True)  # (N, V); every row's maximum is 0
+    shifted = z - np.fmax.reduce(z, axis=1, keepdims=True)  # (N, vocab_size); every row's maximum is 0
     probs = np.exp(shifted)
-    sums = probs.sum(axis=1, keepdims=True)  # (N, 1), in [1, V]
+    sums = probs.sum(axis=1, keepdims=True)  # (N, 1), in [1, vocab_size]
     loss = float(np.mean(np.log(sums[:, 0]) - shifted[np.arange(len(t)), t]))  # (ch8-ce)
     probs /= sums
     return loss, (probs, t, logits.shape)
@@ -205,18 +205,18 @@ def cross_entropy_backward(cache) -> np.ndarray:
 
 
 def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, is_causal: bool = False):
-    """Scaled dot-product attention ``softmax(q k^T / sqrt(d)) v``, and the cache for the backward pass.
+    """Scaled dot-product attention ``softmax(q k^T / sqrt(d_k)) v``, and the cache for the backward pass.
 
     Args:
-        q: (..., L, d) float32 or float64 array, e.g. (B, h, L, d).
-        k: (..., S, d) array of the same dtype.
+        q: (..., T, d_k) float32 or float64 array, e.g. (B, h, T, d_k).
+        k: (..., S, d_k) array of the same dtype.
         v: (..., S, d_v) array of the same dtype.
         is_causal: if True, query ``i`` attends to keys ``0..i`` only (top-left aligned, as
-            ``F.scaled_dot_product_attention``; needs ``L <= S``).
+            ``F.scaled_dot_product_attention``; needs ``T <= S``).
 
     Returns:
-        ``(out, cache)``: ``out`` (..., L, d_v); ``cache`` holds ``q``, ``k``, ``v`` and the
-        attention weights (..., L, S).
+        ``(out, cache)``: ``out`` (..., T, d_v); ``cache`` holds ``q``, ``k``, ``v`` and the
+        attention weights (..., T, S).
 
     Raises:
         TypeError: if an input is not a float array, the dtypes differ or ``is_causal`` is not a bool.
@@ -228,15 +228,15 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, is_causal:
     check_array(where, "v", v, dtype=q.dtype)
     if (min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]
             or q.shape[-1] != k.shape[-1]):
-        raise ValueError(f"{where}: q, k and v must have shapes (..., L, d), (..., S, d) and (..., S, d_v), "
+        raise ValueError(f"{where}: q, k and v must have shapes (..., T, d_k), (..., S, d_k) and (..., S, d_v), "
                          f"got q.shape={q.shape}, k.shape={k.shape}, v.shape={v.shape}")
     is_causal = check_bool(where, "is_causal", is_causal)
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = q @ k.swapaxes(-1, -2)  # (..., L, S)
+    scores = q @ k.swapaxes(-1, -2)  # (..., T, S)
     scores *= scale
     if is_causal:
-        L, S = scores.shape[-2:]
-        scores += np.triu(np.full((L, S), -np.inf, dtype=scores.dtype), 1)  # -inf above the diagonal
+        T, S = scores.shape[-2:]
+        scores += np.triu(np.full((T, S), -np.inf, dtype=scores.dtype), 1)  # -inf above the diagonal
     scores -= np.fmax.reduce(scores, axis=-1, keepdims=True)  # the row maxima
     p = np.exp(scores, out=scores)  # the softmax, in place
     p /= p.sum(axis=-1, keepdims=True)
@@ -247,7 +247,7 @@ def attention_backward(dout: np.ndarray, cache):
     """Gradients of :func:`attention_forward`, through the softmax's Jacobian ``P * (dP - rowsum(dP * P))``.
 
     Args:
-        dout: (..., L, d_v) gradient of the loss with respect to ``out``.
+        dout: (..., T, d_v) gradient of the loss with respect to ``out``.
         cache: the cache returned by :func:`attention_forward`.
 
     Returns:
@@ -255,7 +255,7 @@ def attention_backward(dout: np.ndarray, cache):
     """
     q, k, v, p, scale = cache
     dv = p.swapaxes(-1, -2) @ dout  # (..., S, d_v)
-    dscores = dout @ v.swapaxes(-1, -2)  # dP, (..., L, S), turned into dA in place:
+    dscores = dout @ v.swapaxes(-1, -2)  # dP, (..., T, S), turned into dA in place:
     dscores -= np.sum(dscores * p, axis=-1, keepdims=True)  # (ch8-softmax-grad)
     dscores *= p  # masked entries have P = 0, so their gradient is 0
     dscores *= scale
@@ -298,9 +298,9 @@ def mha_forward(x: np.ndarray, params: dict, n_head: int, *, is_causal: bool = T
         raise ValueError(f"{where}: params['in_proj.weight'] must have shape (3C, C) = ({3 * C}, {C}), "
                          f"got {np.shape(params['in_proj.weight'])}")
     qkv, c_in = linear_forward(x, params["in_proj.weight"], params.get("in_proj.bias"))  # (B, T, 3C)
-    # split into 3 x (B, h, T, d), one contiguous copy: NumPy multiplies strided stacks of matrices slowly
+    # split into 3 x (B, h, T, d_k), one contiguous copy: NumPy multiplies strided stacks of matrices slowly
     q, k, v = qkv.reshape(B, T, 3, n_head, C // n_head).transpose(2, 0, 3, 1, 4).copy()
-    y, c_att = attention_forward(q, k, v, is_causal=is_causal)  # (B, h, T, d)
+    y, c_att = attention_forward(q, k, v, is_causal=is_causal)  # (B, h, T, d_k)
     y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # merge the heads (a copy)
     out, c_out = linear_forward(y, params["out_proj.weight"], params.get("out_proj.bias"))
     return out, (c_in, c_att, c_out, n_head)
@@ -322,7 +322,7 @@ def mha_backward(dy: np.ndarray, cache):
     if db is not None:
         grads["out_proj.bias"] = db
     B, T, C = da.shape
-    da = da.reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3).copy()  # split the heads, (B, h, T, d)
+    da = da.reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3).copy()  # split the heads, (B, h, T, d_k)
     dqkv = np.empty((B, T, 3, n_head, C // n_head), dtype=da.dtype)
     dq, dk, dv = dqkv.transpose(2, 0, 3, 1, 4)  # views with the layout of q, k, v in the forward pass
     dq[...], dk[...], dv[...] = attention_backward(da, c_att)  # writing them merges the heads

@@ -108,12 +108,38 @@ def _special_regex(tokens: frozenset) -> "regex.Pattern":
     return regex.compile("(" + "|".join(regex.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))) + ")")
 
 
+def _check_utf8(where: str, name: str, text: str) -> None:
+    """Raise ValueError if ``text`` holds a character without a UTF-8 encoding (a lone surrogate).
+
+    A Python ``str`` may hold the halves of UTF-16 surrogate pairs, U+D800 to U+DFFF, on their own
+    (e.g. from ``json.loads('"\\ud800"')``); they are not characters and have no UTF-8 bytes.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        c = text[err.start]
+        raise ValueError(
+            f"{where}: {name} must hold only characters that UTF-8 can encode (the tokenizer works on UTF-8 "
+            f"bytes), got the lone surrogate {c!r} (U+{ord(c):04X}) at position {err.start}, half of a UTF-16 "
+            "pair and not a character"
+        ) from None
+
+
+def _read_utf8(where: str, path: pathlib.Path) -> str:
+    """The text of a file that must be UTF-8; a ValueError naming the file if it is not."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{where}: {path} is not UTF-8 text ({err})") from None
+
+
 def _check_special_list(special_tokens, where: str) -> tuple[str, ...]:
     if isinstance(special_tokens, str) or not isinstance(special_tokens, Sequence):
         raise TypeError(f"{where}: special_tokens must be a sequence of strings, got {type(special_tokens).__name__}")
     for i, t in enumerate(special_tokens):
         if not isinstance(t, str) or not t:
             raise ValueError(f"{where}: special_tokens must hold non-empty strings, got {t!r} at position {i}")
+        _check_utf8(where, f"special_tokens[{i}]", t)
     if len(set(special_tokens)) != len(special_tokens):
         repeated = sorted({t for t in special_tokens if special_tokens.count(t) > 1})
         raise ValueError(f"{where}: special_tokens must not repeat, got {repeated} more than once")
@@ -141,8 +167,10 @@ def train_bpe(
     """Learn byte-level BPE merges from a text: repeatedly merge the most frequent adjacent pair.
 
     Merges stay within the chunks of :func:`pretokenize` and never span a special token; ties go to
-    the pair with the smaller ids. Training stops at ``vocab_size`` tokens or when no pair is left;
-    a merge that spells an existing token creates none, so there can be more merges than new tokens.
+    the pair with the smaller ids. Training stops at ``vocab_size`` tokens or when no pair is left.
+    Each merge makes a new token: a string becomes a token wherever its bytes still stand alone, so
+    no later merge can spell it again. (A merge that did would get the existing token's id, as in
+    Hugging Face's trainer; this guard is never taken.)
 
     Args:
         text (str): the training text.
@@ -163,6 +191,7 @@ def train_bpe(
     chunk_counts: Counter[str] = Counter()
     for part in _special_regex(frozenset(specials)).split(text)[::2] if specials else [text]:
         chunk_counts.update(_split(compiled, part, where))
+    _check_utf8(where, "text", text)
     words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
     freqs = list(chunk_counts.values())
 
@@ -407,6 +436,12 @@ class ByteBPETokenizer:
 
         Returns:
             list[int]: the ids, in ``[0, vocab_size)``.
+
+        Raises:
+            TypeError: if ``text`` is not a ``str``, or a special-token argument has the wrong type.
+            ValueError: if ``text`` holds a disallowed special token or a lone surrogate (no UTF-8
+                encoding; the message gives its position), or a special-token argument names an
+                unknown token.
         """
         if not isinstance(text, str):
             raise TypeError(f"ByteBPETokenizer.encode: text must be a str, got {type(text).__name__}")
@@ -425,12 +460,16 @@ class ByteBPETokenizer:
                     "it as ordinary text"
                 )
         ids: list[int] = []
-        for k, part in enumerate(_special_regex(frozenset(allowed)).split(text) if allowed else [text]):
-            if k % 2:
-                ids.append(self._special[part])
-            else:
-                for chunk in _split(self._pattern, part, "ByteBPETokenizer.encode"):
-                    ids.extend(self._encode_chunk(chunk))
+        try:
+            for k, part in enumerate(_special_regex(frozenset(allowed)).split(text) if allowed else [text]):
+                if k % 2:
+                    ids.append(self._special[part])
+                else:
+                    for chunk in _split(self._pattern, part, "ByteBPETokenizer.encode"):
+                        ids.extend(self._encode_chunk(chunk))
+        except UnicodeEncodeError:  # a lone surrogate: say where, in the whole text
+            _check_utf8("ByteBPETokenizer.encode", "text", text)
+            raise
         return ids
 
     def decode_bytes(self, ids) -> bytes:
@@ -524,6 +563,12 @@ class ByteBPETokenizer:
 
         Returns:
             ByteBPETokenizer: the tokenizer, with the ids of ``vocab_json``.
+
+        Raises:
+            FileNotFoundError: if a file does not exist.
+            IsADirectoryError: if a path is a directory.
+            ValueError: if a file is not UTF-8 text, ``vocab_json`` is not a JSON object, a line of
+                ``merges_txt`` is malformed, or the two do not make a tokenizer (each names the file).
         """
         where = "ByteBPETokenizer.from_gpt2_files"
         vocab_json = check_path(where, "vocab_json", vocab_json, kind="file")
@@ -532,7 +577,7 @@ class ByteBPETokenizer:
         to_bytes = lambda s: bytes(u2b[c] for c in s) if all(c in u2b for c in s) else None
 
         merges = []
-        lines = merges_txt.read_text(encoding="utf-8").split("\n")
+        lines = _read_utf8(where, merges_txt).split("\n")
         for number, line in enumerate(lines, start=1):
             if (number == 1 and line.startswith("#version")) or not line.strip():
                 continue
@@ -545,7 +590,7 @@ class ByteBPETokenizer:
                 )
             merges.append(pair)
         try:
-            table = json.loads(vocab_json.read_text(encoding="utf-8"))
+            table = json.loads(_read_utf8(where, vocab_json))
         except json.JSONDecodeError as err:
             raise ValueError(f"{where}: {vocab_json} is not valid JSON: {err}") from None
         if not isinstance(table, dict):
@@ -558,7 +603,10 @@ class ByteBPETokenizer:
                 vocab[t] = i
             else:
                 special[s] = i
-        return cls(merges, vocab=vocab, special_tokens=special, pattern=pattern)
+        try:
+            return cls(merges, vocab=vocab, special_tokens=special, pattern=pattern)
+        except (TypeError, ValueError) as err:  # e.g. an id that is not an int, or ids with gaps
+            raise ValueError(f"{where}: {vocab_json} and {merges_txt} do not make a tokenizer: {err}") from None
 
     @classmethod
     def load(cls, path: "str | os.PathLike", *, pattern: "str | regex.Pattern" = GPT2_SPLIT_PATTERN) -> "ByteBPETokenizer":

@@ -7,11 +7,15 @@ Exported from the chapter `book/16_command_line.md`.
 
 __all__ = [
     "PROG",
+    "EXIT_FAILURE",
     "EXIT_USAGE",
     "EXIT_INTERRUPTED",
+    "DEBUG_ENV",
+    "INT64_MAX",
     "TRAIN_PRESET",
     "TRAIN_FLAGS",
     "CLIError",
+    "UsageError",
     "build_parser",
     "train_command",
     "main",
@@ -28,13 +32,14 @@ import shlex
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from transformer_lib._checks import check_device, check_float, check_int
-from transformer_lib.config import GPT_PRESETS, GPTConfig
+from transformer_lib._checks import check_device, check_float, check_int, describe
+from transformer_lib.config import GPT_PRESETS, GPTConfig, gpt_param_count
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.generation import generate
 from transformer_lib.gpt import GPT
@@ -46,10 +51,17 @@ from transformer_lib.utils import atomic_write
 
 #: The program name in usage lines and error messages.
 PROG = "transformer_lib"
-#: Exit status of a usage error or an expected failure, as argparse uses.
+#: Exit status of a failed run: a file that is missing, unreadable, corrupt or incomplete, a device
+#: that is not there, not enough memory, or an unexpected error.
+EXIT_FAILURE = 1
+#: Exit status of a usage error (bad arguments), as argparse uses it.
 EXIT_USAGE = 2
 #: Exit status after an interruption by SIGINT: 128 + 2, the shell's convention.
 EXIT_INTERRUPTED = 130
+#: Set this environment variable to 1 to print the traceback behind an error line.
+DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
+#: The largest integer flag value: step counts, sizes and seeds end up in 64-bit integers.
+INT64_MAX = 2**63 - 1
 #: The training preset (:data:`~transformer_lib.training.TRAIN_PRESETS`) that gives ``train`` its
 #: defaults: Chapter 10's CPU recipe.
 TRAIN_PRESET = "shakespeare-baby"
@@ -57,20 +69,38 @@ TRAIN_PRESET = "shakespeare-baby"
 TRAIN_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
                "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed",
                "precision": "--precision"}
+_EPILOG = (f"Exit status: 0 done, {EXIT_FAILURE} the run failed (a missing or corrupt file, no such device, "
+          f"not enough memory), {EXIT_USAGE} bad arguments, {EXIT_INTERRUPTED} interrupted by Ctrl-C; errors are "
+          f"one line on stderr. {DEBUG_ENV}=1 prints the traceback behind an error.")
 
 
 class CLIError(Exception):
-    """An expected failure of a command (bad argument, missing or unusable file).
+    """An expected failure of a command: a file, the device or the memory does not allow the run.
 
     :func:`main` prints it as one line ``transformer_lib COMMAND: error: MESSAGE`` on stderr and
-    returns :data:`EXIT_USAGE`; it never shows a traceback.
+    returns its ``status``, :data:`EXIT_FAILURE`; it never shows a traceback.
     """
+
+    status = EXIT_FAILURE
+
+
+class UsageError(CLIError):
+    """A bad argument: out of range, conflicting with another flag or with the run it names (status 2)."""
+
+    status = EXIT_USAGE
+
+
+def _one_line(message) -> str:
+    """The first non-empty line of a message (a string or an exception), at most 400 characters."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         # argparse prints the whole usage first; one line that names the problem reads better.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; ``parse_args`` returns a namespace with ``handler`` (a function taking the
         namespace and returning an exit status) and ``command_prog`` (e.g. ``"transformer_lib train"``).
     """
-    parser = _Parser(prog=PROG, description="Train character-level GPTs and generate text with them, with "
-                     "the library built in Transformers from Scratch.")
+    parser = _Parser(prog=PROG, epilog=_EPILOG, description="Train character-level GPTs and generate text "
+                     "with them, with the library built in Transformers from Scratch.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     p = commands.add_parser(
@@ -93,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "last 10 % for validation). DIR receives tokenizer.json, run.json, metrics.jsonl and ckpt.pt. "
         "Ctrl-C saves a checkpoint at the end of the current step and exits with status 130; --resume "
         "continues exactly where the run stopped. Under torchrun --nproc_per_node=N the run is data "
-        "parallel, and --batch-size is per process.",
+        "parallel, and --batch-size is per process.", epilog=_EPILOG,
     )
     p.add_argument("--data", required=True, metavar="PATH", help="the training text, a UTF-8 file")
     p.add_argument("--out", required=True, metavar="DIR", help="the run directory (created if needed)")
@@ -115,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["float32", "bfloat16"],
                    help="bfloat16: mixed precision, faster where the processor has bfloat16 instructions "
                         f"(default: {d.precision})")
-    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda if available, else cpu)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=train_command, command_prog=p.prog)
 
@@ -123,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         "generate", help="continue a prompt with a trained model",
         description="Load the model and tokenizer of a run directory written by train, and continue "
         "PROMPT one character at a time, printing each as it is drawn. The same --seed gives the same "
-        "text; --temperature 0 is greedy decoding.",
+        "text; --temperature 0 is greedy decoding.", epilog=_EPILOG,
     )
     g.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory written by train")
     g.add_argument("--prompt", required=True, metavar="TEXT", help="the text to continue")
@@ -135,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, metavar="P",
                    help="sample from the smallest set of characters whose probability is at least P, in (0, 1]")
     g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: 0)")
-    g.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available, else cpu)")
+    g.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda if available, else cpu)")
     g.set_defaults(handler=generate_command, command_prog=g.prog)
     return parser
 
@@ -151,8 +181,8 @@ def _read_json(path: Path, what: str) -> dict:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CLIError(f"{what}: no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CLIError(f"{what}: cannot read {path} as JSON: {err}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise CLIError(f"{what}: cannot read {path} as JSON: {_one_line(err)}") from None
     if not isinstance(obj, dict):
         raise CLIError(f"{what}: {path} must hold a JSON object, got {type(obj).__name__}")
     return obj
@@ -179,20 +209,108 @@ def _read_text(path: Path) -> tuple[str, str]:
 
 
 def _check_flag(check, flag: str, value, **bounds):
-    """``check(PROG, flag, value, **bounds)``, one of ``transformer_lib._checks``; a failure is a CLIError."""
+    """``check(PROG, flag, value, **bounds)``, one of ``transformer_lib._checks``; a failure is a UsageError."""
     try:
         return check(PROG, flag, value, **bounds)
     except (TypeError, ValueError) as err:
-        raise CLIError(str(err).removeprefix(f"{PROG}: ")) from None
+        raise UsageError(str(err).removeprefix(f"{PROG}: ")) from None
 
 
-def _resolve_device(requested: str | None) -> str:
+def _check_int_flag(flag: str, value: int | None, minimum: int) -> None:
+    """An integer flag in ``[minimum, INT64_MAX]``; None means "not given"."""
+    if value is None:
+        return
+    _check_flag(check_int, flag, value, minimum=minimum)
+    if value > INT64_MAX:
+        raise UsageError(f"{flag} must be an int in [{minimum}, 2**63 - 1] (64 bits), got {flag}={describe(value)}")
+
+
+def _check_train_flags(args: argparse.Namespace) -> None:
+    """The numeric flags of ``train`` in range, and --warmup-steps < --max-steps for a fresh run."""
+    for flag, minimum in (("--max-steps", 1), ("--batch-size", 1), ("--warmup-steps", 0),
+                          ("--eval-interval", 1), ("--seed", 0)):
+        _check_int_flag(flag, getattr(args, flag[2:].replace("-", "_")), minimum)
+    if args.lr is not None:
+        _check_flag(check_float, "--lr", args.lr, minimum=0.0, min_open=True)
+    if not args.resume:  # a resumed run keeps its own values, compared later
+        preset = TrainConfig.from_preset(TRAIN_PRESET)
+        max_steps, warmup = args.max_steps or preset.max_steps, args.warmup_steps
+        if warmup is None:
+            warmup = preset.warmup_steps
+        if warmup >= max_steps:
+            shown = [f"{flag}={value}" + ("" if given else " (the default)")
+                     for flag, value, given in (("--warmup-steps", warmup, args.warmup_steps is not None),
+                                                ("--max-steps", max_steps, args.max_steps is not None))]
+            raise UsageError(f"--warmup-steps must be < --max-steps, got {' and '.join(shown)}")
+
+
+def _check_generate_flags(args: argparse.Namespace) -> None:
+    """The sampling flags of ``generate`` in range, with the rules of ``generate`` (Chapter 12)."""
+    _check_int_flag("--max-new-tokens", args.max_new_tokens, 0)
+    _check_flag(check_float, "--temperature", args.temperature, minimum=0.0)  # 0 is greedy
+    _check_int_flag("--top-k", args.top_k, 1)
+    if args.top_p is not None:
+        _check_flag(check_float, "--top-p", args.top_p, minimum=0.0, maximum=1.0, min_open=True)
+    _check_int_flag("--seed", args.seed, 0)
+    if not args.prompt:
+        raise UsageError("--prompt must hold at least one character, got --prompt=''")
+
+
+#: The kinds of device the commands run on (``torch.device(...).type``).
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def _device_flag(requested: str | None) -> torch.device | None:
+    """``--device`` as a ``torch.device`` (None if not given); a string that names no usable device is a UsageError."""
     if requested is None:
+        return None
+    device = _check_flag(check_device, "--device", requested)
+    if device.type not in _DEVICE_TYPES:
+        raise UsageError(f"--device must be cpu, cuda, cuda:N or mps, got --device={requested!r}")
+    return device
+
+
+def _available(device: torch.device | None) -> str:
+    """The device to run on: ``device`` if this machine has it (else a CLIError), or cuda if present, else cpu."""
+    if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    kind = _check_flag(check_device, "--device", requested).type
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise CLIError(f"--device: {requested!r} was asked for, but PyTorch sees no CUDA device")
-    return requested
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise CLIError(f"--device {device}: PyTorch sees no CUDA device on this machine")
+        if device.index is not None and device.index >= count:
+            raise CLIError(f"--device {device}: PyTorch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise CLIError(f"--device {device}: the MPS backend is not available on this machine")
+    return str(device)
+
+
+def _memory_bytes(device: str) -> int | None:
+    """The memory of ``device``: the GPU's, else the machine's physical memory; None where unknown."""
+    try:
+        d = torch.device(device)
+        if d.type == "cuda":
+            return torch.cuda.get_device_properties(d.index if d.index is not None else 0).total_memory
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
+def _size(n: float) -> str:
+    """``n`` bytes for a reader: 1.5 GiB, 72.8 TiB."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"
+
+
+def _check_fits(need: int, device: str, what: str) -> None:
+    """Refuse (CLIError) a budget of ``need`` bytes that cannot fit in the memory of ``device``."""
+    have = _memory_bytes(device)
+    if have is not None and need > have:
+        raise CLIError(f"{what} needs at least {_size(need)}, more than the {_size(have)} of memory of "
+                       f"{device}; nothing was allocated")
 
 
 def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
@@ -226,7 +344,8 @@ def _train_config(args: argparse.Namespace, device: str) -> TrainConfig:
     try:
         return TrainConfig.from_preset(TRAIN_PRESET, **overrides, device=device)
     except (TypeError, ValueError) as err:
-        raise CLIError(f"invalid training configuration: {err}") from None
+        flags = [flag for field, flag in TRAIN_FLAGS.items() if field in overrides and field in str(err)]
+        raise UsageError(f"{', '.join(flags) or 'the training flags'}: {err}") from None
 
 
 def _differences(stored: dict, requested: dict, flags: dict | None = None) -> list[str]:
@@ -238,44 +357,108 @@ def _differences(stored: dict, requested: dict, flags: dict | None = None) -> li
 
 
 def _check_run_dir(out: Path, resume: bool) -> None:
+    """``--out`` is, or can become, a writable run directory; it holds a run exactly when ``resume``."""
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out: {out} exists and is not a directory")
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise CLIError(f"--out: cannot create {out}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CLIError(f"--out: cannot write into {existing}: permission denied")
     present = [n for n in (CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE) if (out / n).exists()]
     if not resume and present:
-        raise CLIError(f"--out: {out} already holds a run ({', '.join(present)}); continue it with --resume "
-                       "or choose another directory")
+        raise UsageError(f"--out: {out} already holds a run ({', '.join(present)}); continue it with --resume "
+                         "or choose another directory")
     if resume and CHECKPOINT_FILE not in present:
         raise CLIError(f"--resume: {out} holds no checkpoint ({CHECKPOINT_FILE}); start a new run without --resume")
+
+
+#: What ``generate`` reads from a checkpoint, and what a resumed run reads as well.
+_GENERATE_KEYS = ("model", "model_config", "step")
+_RESUME_KEYS = (*_GENERATE_KEYS, "optimizer", "train_config", "rng", "metrics")
+
+
+def _check_weights(path: Path, flag: str, weights, config: GPTConfig) -> None:
+    """``weights`` has exactly the names and shapes of ``GPT(config)``'s state dict, as floating-point tensors."""
+    with torch.device("meta"):  # shapes without data: no memory, however large the configuration
+        expected = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
+    if not isinstance(weights, dict):
+        raise CLIError(f"{flag}: {path}: 'model' must be a dict of tensors, got {type(weights).__name__}")
+    missing, unexpected = [k for k in expected if k not in weights], [k for k in weights if k not in expected]
+    if missing or unexpected:
+        listed = "; ".join(f"{what} {', '.join(map(repr, keys[:3]))}{', ...' if len(keys) > 3 else ''}"
+                           for what, keys in (("missing", missing), ("unexpected", unexpected)) if keys)
+        raise CLIError(f"{flag}: {path}: the weights do not match its model_config ({listed})")
+    for name, shape in expected.items():
+        w = weights[name]
+        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:
+            raise CLIError(f"{flag}: {path}: the weight {name!r} must be a floating-point tensor of shape {shape} "
+                           f"(from its model_config), got {describe(w)}")
+
+
+def _checkpoint(path: Path, flag: str, keys: tuple[str, ...]) -> tuple[dict, GPTConfig]:
+    """The checkpoint at ``path`` (``load_checkpoint``) and its GPTConfig, checked to hold what the command reads."""
+    try:
+        checkpoint = load_checkpoint(path)
+    except (OSError, TypeError, ValueError) as err:  # load_checkpoint names the file
+        raise CLIError(f"{flag}: {_one_line(err)}") from None
+    missing = [k for k in keys if k not in checkpoint]
+    if missing:
+        raise CLIError(f"{flag}: {path} lacks {', '.join(map(repr, missing))}: an incomplete checkpoint")
+    try:
+        config = GPTConfig.from_dict(checkpoint["model_config"])
+    except (TypeError, ValueError) as err:
+        raise CLIError(f"{flag}: {path} holds an invalid model_config: {err}") from None
+    step = checkpoint["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CLIError(f"{flag}: {path} holds step={describe(step)}, not a number of steps (an int >= 0)")
+    for key in keys[len(_GENERATE_KEYS):]:
+        if not isinstance(checkpoint[key], dict):
+            raise CLIError(f"{flag}: {path}: {key!r} must be a dict, got {type(checkpoint[key]).__name__}")
+    if "rng" in keys:
+        absent = [k for k in ("generator", "torch", "cuda", "numpy", "python") if k not in checkpoint["rng"]]
+        if absent:
+            raise CLIError(f"{flag}: {path}: the random states lack {', '.join(map(repr, absent))}")
+    _check_weights(path, flag, checkpoint["model"], config)
+    return checkpoint, config
+
+
+def _tokenizer(path: Path, flag: str) -> CharTokenizer:
+    """The CharTokenizer of a run directory; a missing or bad file is a CLIError naming it."""
+    try:
+        return CharTokenizer.load(path)
+    except (OSError, TypeError, ValueError) as err:
+        message = _one_line(err)
+        raise CLIError(f"{flag}: {message}" if os.fspath(path) in message else f"{flag}: {path}: {message}") from None
 
 
 def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str,
                      device: str) -> tuple[GPTConfig, TrainConfig, int]:
     """Validate DIR against the command line; return the stored configs and the stored step."""
+    path = out / CHECKPOINT_FILE
+    checkpoint, model_config = _checkpoint(path, "--resume", _RESUME_KEYS)
     try:
-        checkpoint = load_checkpoint(out / CHECKPOINT_FILE)
-        model_config = GPTConfig.from_dict(checkpoint["model_config"])
         train_config = TrainConfig.from_dict(checkpoint["train_config"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise CLIError(f"--resume: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise CLIError(f"--resume: {path} holds an invalid train_config: {err}") from None
+    if checkpoint["step"] > train_config.max_steps:
+        raise CLIError(f"--resume: {path} holds step={checkpoint['step']}, beyond its max_steps={train_config.max_steps}")
     run = _read_json(out / RUN_FILE, "--resume")
     if run.get("format") != RUN_FORMAT:
-        raise CLIError(f"--resume: {out / RUN_FILE} is not a run file (format {run.get('format')!r})")
+        raise CLIError(f"--resume: {out / RUN_FILE} is not a run file (format {describe(run.get('format'))})")
     if run.get("data_sha256") != data_sha256:
-        raise CLIError(f"--resume: --data {args.data} is not the text the run in {out} was trained on "
-                       f"({run.get('data')}, sha256 {str(run.get('data_sha256'))[:12]}...)")
-    try:
-        stored_tokenizer = CharTokenizer.load(out / TOKENIZER_FILE)
-    except (OSError, TypeError, ValueError) as err:
-        raise CLIError(f"--resume: {err}") from None
+        raise UsageError(f"--resume: --data {args.data} is not the text the run in {out} was trained on "
+                         f"({run.get('data')}, sha256 {str(run.get('data_sha256'))[:12]}...)")
+    stored_tokenizer = _tokenizer(out / TOKENIZER_FILE, "--resume")
     if stored_tokenizer.chars != tokenizer.chars or model_config.vocab_size != tokenizer.vocab_size:
         raise CLIError(f"--resume: {out / TOKENIZER_FILE} and the checkpoint do not match the characters of --data")
     if args.preset is not None or args.config is not None:
         changed = _differences(model_config.to_dict(), _model_config(args, tokenizer.vocab_size).to_dict())
         if changed:
-            raise CLIError(f"--resume: the model differs from the run's: {', '.join(changed)}")
+            raise UsageError(f"--resume: the model differs from the run's: {', '.join(changed)}")
     changed = _differences(train_config.to_dict(), _given(args), TRAIN_FLAGS)
     if changed:
-        raise CLIError(f"--resume: a resumed run keeps its training configuration; got {', '.join(changed)}")
+        raise UsageError(f"--resume: a resumed run keeps its training configuration; got {', '.join(changed)}")
     return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"]
 
 
@@ -326,6 +509,13 @@ def _stop_on_sigint(second_interrupts: bool = True):
         signal.signal(signal.SIGINT, previous)
 
 
+def _training_bytes(config: GPTConfig, batch_size: int) -> tuple[int, int]:
+    """A lower bound of the memory of training: (weights, gradients and AdamW moments; one batch's activations)."""
+    weights = 16 * gpt_param_count(config)  # four float32 copies of every parameter
+    activations = 4 * batch_size * config.block_size * (2 * config.vocab_size + config.n_layer * config.n_embd)
+    return weights, activations
+
+
 def train_command(args: argparse.Namespace) -> int:
     """Run ``transformer_lib train``: build or restore a run in ``args.out`` and train it.
 
@@ -336,15 +526,20 @@ def train_command(args: argparse.Namespace) -> int:
         0 when the run reaches its last step, :data:`EXIT_INTERRUPTED` (130) after Ctrl-C.
 
     Raises:
-        CLIError: for every expected failure: unreadable or empty ``--data``, an invalid
-            ``--config`` or flag value, a run directory that holds a run without ``--resume``, or
-            that holds no, a corrupt, a foreign or a mismatched run with ``--resume``.
+        UsageError: for a flag out of range, an unknown device, a run directory that holds a run
+            without ``--resume``, or ``--resume`` with other data or other settings than the run's.
+        CLIError: for an unreadable, empty or short ``--data``, an invalid ``--config`` file, an
+            unusable ``--out``, a missing, corrupt or incomplete run to resume, a device this
+            machine lacks, a run that cannot fit in memory, or a failure while training.
     """
+    _check_train_flags(args)
+    requested = _device_flag(args.device)
     data_path, out = Path(args.data), Path(args.out)
     text, data_sha256 = _read_text(data_path)
+    device = _available(requested)
+    with _stage(f"--out {out}"):
+        _check_run_dir(out, args.resume)
     tokenizer = CharTokenizer.from_text(text)
-    device = _resolve_device(args.device)
-    _check_run_dir(out, args.resume)
     if args.resume:
         model_config, train_config, start = _resumed_configs(args, out, tokenizer, data_sha256, device)
     else:
@@ -353,7 +548,13 @@ def train_command(args: argparse.Namespace) -> int:
     if len(text) < need:
         raise CLIError(f"--data: {data_path} has {len(text)} characters; block_size={model_config.block_size} "
                        f"needs at least {need} (10 x (block_size + 1), for the 10 % validation split)")
-    train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long), 0.1)
+    weights, activations = _training_bytes(model_config, train_config.batch_size)
+    _check_fits(weights + activations, train_config.device,
+                f"training {gpt_param_count(model_config):,} parameters ({_size(weights)} with their gradients "
+                f"and AdamW moments) on batches of --batch-size {train_config.batch_size} x block_size "
+                f"{model_config.block_size} ({_size(activations)} of activations)")
+    with _stage("preparing the data"):
+        train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long), 0.1)
 
     with _process_group(train_config.device) as (rank, device):
         train_config = dataclasses.replace(train_config, device=device)
@@ -364,14 +565,19 @@ def train_command(args: argparse.Namespace) -> int:
             say(f"{args.command_prog}: the run in {out} is complete ({start} of {start} steps); nothing to do")
             return 0
         if rank == 0 and not args.resume:
-            out.mkdir(parents=True, exist_ok=True)
-            tokenizer.save(out / TOKENIZER_FILE)
-            _write_json(out / RUN_FILE, {"format": RUN_FORMAT, "data": os.fspath(data_path.resolve()),
-                                         "data_sha256": data_sha256, "characters": len(text)})
-        torch.manual_seed(train_config.seed)  # the initialisation of a fresh run; a resumed run loads its own
-        model = GPT(model_config)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                tokenizer.save(out / TOKENIZER_FILE)
+                _write_json(out / RUN_FILE, {"format": RUN_FORMAT, "data": os.fspath(data_path.resolve()),
+                                             "data_sha256": data_sha256, "characters": len(text)})
+            except OSError as err:
+                raise CLIError(f"--out: cannot write the run into {out}: {_one_line(err)}") from None
+        with _stage("building the model"):
+            torch.manual_seed(train_config.seed)  # the initialisation of a fresh run; a resumed run loads its own
+            model = GPT(model_config)
         try:
-            with _stop_on_sigint(second_interrupts=not dist.is_initialized()) as should_stop:
+            with _stop_on_sigint(second_interrupts=not dist.is_initialized()) as should_stop, \
+                    _stage(f"training the run in {out}", every_rank=True):
                 history = train(model, train_data, val_data, train_config, out_dir=out, resume=args.resume,
                                 progress=not args.no_progress, should_stop=should_stop)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; atomic writes keep the last checkpoint whole
@@ -395,6 +601,47 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reason(err: BaseException) -> str:
+    """``"TypeName: first line"`` of an exception; out-of-memory errors say so first."""
+    text, name = _one_line(err), type(err).__name__
+    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or "can't allocate memory" in text:
+        return f"out of memory ({name}: {text})"
+    return f"{name}: {text}" if text else name
+
+
+@contextlib.contextmanager
+def _stage(what: str, every_rank: bool = False):
+    """Turn any exception but a CLIError (and Ctrl-C) into a CLIError ``"WHAT: TypeName: message"``."""
+    try:
+        yield
+    except CLIError:
+        raise
+    except Exception as err:
+        failure = CLIError(f"{what}: {_reason(err)}")
+        failure.every_rank = every_rank
+        raise failure from err
+
+
+def _rank() -> int:
+    """This process's rank under torchrun, 0 otherwise."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _report(prog: str, message: str, err: BaseException | None = None, every_rank: bool = False) -> None:
+    """Print ``PROG: error: MESSAGE`` as one line on stderr (on rank 0 unless ``every_rank``)."""
+    rank = _rank()
+    if rank != 0 and not every_rank:
+        return
+    if err is not None and os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        traceback.print_exception(err.__cause__ or err.__context__ or err)
+    where = f"[rank {rank}] " if rank else ""
+    line = f"{prog}: error: {where}{message}".replace("\r", "\\r").replace("\n", "\\n")
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: ``python -m transformer_lib COMMAND ...``.
 
@@ -402,40 +649,59 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after the program name; None reads ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 on success, :data:`EXIT_USAGE` (2) for a usage error or an expected
-        failure (one line on stderr, no traceback), :data:`EXIT_INTERRUPTED` (130) after Ctrl-C.
+        The exit status: 0 on success, :data:`EXIT_FAILURE` (1) when the run failed,
+        :data:`EXIT_USAGE` (2) for bad arguments, :data:`EXIT_INTERRUPTED` (130) after Ctrl-C;
+        every error is one line on stderr, without a traceback unless ``TRANSFORMER_LIB_DEBUG=1``.
     """
-    parser = build_parser()
+    prog = PROG
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help (status 0), or a usage error already printed (status 2)
-        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exit_:  # --help (status 0), or a usage error already printed (status 2)
+            code = exit_.code
+            return 0 if code is None else code if isinstance(code, int) else EXIT_USAGE
+        prog = args.command_prog
         return args.handler(args)
     except CLIError as err:
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(f"{args.command_prog}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        _report(prog, str(err), err, every_rank=getattr(err, "every_rank", False))
+        return err.status
+    except KeyboardInterrupt:
+        _report(prog, "interrupted by Ctrl-C")
+        return EXIT_INTERRUPTED
+    except Exception as err:  # a failure no check foresaw: still one line, and status 1
+        _report(prog, f"unexpected failure: {_reason(err)}", err, every_rank=True)
+        return EXIT_FAILURE
 
 
 def _load_run(directory: Path, device: str) -> tuple[GPT, CharTokenizer]:
     """The trained model (in eval mode, on ``device``) and tokenizer of a run directory."""
-    if not directory.is_dir():
+    if not directory.exists():
         raise CLIError(f"--checkpoint: no such directory: {directory}")
-    if not (directory / CHECKPOINT_FILE).is_file():
+    if not directory.is_dir():
+        raise CLIError(f"--checkpoint: {directory} is a file; give the run directory that holds {CHECKPOINT_FILE}")
+    path = directory / CHECKPOINT_FILE
+    if path.is_dir():
+        raise CLIError(f"--checkpoint: {path} is a directory, not a checkpoint file")
+    if not path.is_file():
         raise CLIError(f"--checkpoint: {directory} holds no {CHECKPOINT_FILE}; write one with {PROG} train --out {directory}")
-    try:
-        checkpoint = load_checkpoint(directory / CHECKPOINT_FILE)
-        config = GPTConfig.from_dict(checkpoint["model_config"])
-        tokenizer = CharTokenizer.load(directory / TOKENIZER_FILE)
-    except (OSError, KeyError, TypeError, ValueError) as err:
-        raise CLIError(f"--checkpoint: {err}") from None
+    checkpoint, config = _checkpoint(path, "--checkpoint", _GENERATE_KEYS)
+    tokenizer = _tokenizer(directory / TOKENIZER_FILE, "--checkpoint")
     if tokenizer.vocab_size != config.vocab_size:
         raise CLIError(f"--checkpoint: {directory / TOKENIZER_FILE} has {tokenizer.vocab_size} characters, "
-                       f"the model vocab_size={config.vocab_size}")
-    model = GPT(config)
-    model.load_state_dict(checkpoint["model"])
-    return model.to(device).eval(), tokenizer
+                       f"the model of {path} vocab_size={config.vocab_size}")
+    _check_fits(4 * gpt_param_count(config), device, f"the model of {path}")
+    with _stage(f"--checkpoint: loading the model of {path}"):
+        model = GPT(config)
+        model.load_state_dict(checkpoint["model"])
+        return model.to(device).eval(), tokenizer
+
+
+def _silence_stdout() -> None:
+    """Point stdout's file descriptor at os.devnull, so that flushing at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def generate_command(args: argparse.Namespace) -> int:
@@ -451,29 +717,42 @@ def generate_command(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        CLIError: for a missing, corrupt or incomplete run directory, a prompt that is empty or
-            holds characters outside the model's vocabulary, or a sampling flag out of range.
+        UsageError: for a sampling flag out of range, an unknown device, or a prompt that is empty
+            or holds characters outside the model's vocabulary.
+        CLIError: for a missing, corrupt or incomplete run directory, a device this machine lacks,
+            a budget that cannot fit in memory, or a failure while generating.
     """
-    _check_flag(check_int, "--max-new-tokens", args.max_new_tokens, minimum=0)
-    _check_flag(check_float, "--temperature", args.temperature, minimum=0.0)  # 0 is greedy
-    if args.top_k is not None:
-        _check_flag(check_int, "--top-k", args.top_k, minimum=1)
-    if args.top_p is not None:
-        _check_flag(check_float, "--top-p", args.top_p, minimum=0.0, maximum=1.0, min_open=True)
-    if not args.prompt:
-        raise CLIError("--prompt must hold at least one character")
-    device = _resolve_device(args.device)
+    _check_generate_flags(args)
+    device = _available(_device_flag(args.device))
+    total = len(args.prompt) + args.max_new_tokens  # one id per character
+    _check_fits(8 * total, device, f"--max-new-tokens {args.max_new_tokens}: a text of {total:,} token ids")
     model, tokenizer = _load_run(Path(args.checkpoint), device)
     try:
         ids = tokenizer.encode(args.prompt)
     except ValueError as err:
-        raise CLIError(f"--prompt: {err}") from None
-    generator = torch.Generator(device=device).manual_seed(args.seed)
-    print(args.prompt, end="", flush=True)
-    generate(
-        model, torch.tensor([ids], dtype=torch.long, device=device), args.max_new_tokens,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator,
-        callback=lambda token: print(tokenizer.decode(token[0].tolist()), end="", flush=True),
-    )
-    print(flush=True)
+        raise UsageError(f"--prompt: {_one_line(err)}") from None
+    try:
+        with _stage("generating"):
+            generator = torch.Generator(device=device).manual_seed(args.seed)
+            print(args.prompt, end="", flush=True)
+            try:
+                generate(
+                    model, torch.tensor([ids], dtype=torch.long, device=device), args.max_new_tokens,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator,
+                    callback=lambda token: print(tokenizer.decode(token[0].tolist()), end="", flush=True),
+                )
+            except ValueError as err:  # generate's own check of the budget, under the flag's name
+                if "max_new_tokens" not in str(err):
+                    raise
+                raise CLIError(f"--max-new-tokens {args.max_new_tokens}: {_one_line(err)}") from None
+            print(flush=True)
+    except CLIError as err:
+        if isinstance(err.__cause__, BrokenPipeError):
+            _silence_stdout()
+            raise CLIError("stdout was closed before the text was complete (broken pipe)") from None
+        raise
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            print(flush=True)  # end the line of text before the shell's prompt
+        raise
     return 0

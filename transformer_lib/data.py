@@ -96,6 +96,8 @@ def _local_file(location: str | os.PathLike, filename: str, source: str) -> path
     """Resolve an override (a file, or a directory holding ``filename``) to an existing file."""
     p = pathlib.Path(location).expanduser()
     if p.is_dir():
+        if (p / filename).is_dir():
+            raise IsADirectoryError(f"fetch: {source} points to {p}, where {filename!r} is a directory, not a file")
         if not (p / filename).is_file():
             raise FileNotFoundError(
                 f"fetch: {source} points to the directory {p}, which has no file {filename!r}"
@@ -150,15 +152,16 @@ def _download(url: str, target: pathlib.Path, sha256: str) -> pathlib.Path:
 
 
 def fetch(
-    filename: str, url: str, sha256: str, *, path: str | os.PathLike | None = None
+    filename: str, url: str, sha256: str, *, path: str | os.PathLike | None = None,
+    subdir: str | None = None,
 ) -> pathlib.Path:
     """A local, checksum-verified copy of a data file, downloaded only when there is none.
 
     The first place that applies wins:
 
     1. ``path``, if given: the file itself, or a directory holding ``filename``.
-    2. ``$TRANSFORMER_LIB_DATA``, if set: the same rule as ``path``.
-    3. The cache, ``cache_dir() / filename``, if that file exists.
+    2. ``$TRANSFORMER_LIB_DATA``, if set: the same rule as ``path`` (in its folder ``subdir``, if given).
+    3. The cache, ``cache_dir() / filename`` (``cache_dir() / subdir / filename``), if that file exists.
     4. ``url``, downloaded into a temporary file in the cache directory, verified, then renamed to
        ``filename``. The rename is atomic, so an interrupted download never leaves a partial file
        under the final name.
@@ -170,14 +173,17 @@ def fetch(
         url: where to download the file from when there is no local copy.
         sha256: the expected SHA-256 digest, 64 hexadecimal characters.
         path: an explicit local file, or a directory holding ``filename``. Overrides everything else.
+        subdir: a relative folder (e.g. ``"models/shakespeare-baby"``) that keeps files of the same
+            name apart, in the cache and under ``$TRANSFORMER_LIB_DATA``.
 
     Returns:
         The path of the verified local file.
 
     Raises:
         TypeError: if an argument has the wrong type.
-        ValueError: if ``filename`` contains a directory, ``sha256`` is not a hexadecimal digest, or the
-            file's digest differs from ``sha256`` (a downloaded file is then deleted).
+        ValueError: if ``filename`` contains a directory, ``subdir`` is absolute or climbs out with
+            ``..``, ``sha256`` is not a hexadecimal digest, or the file's digest differs from ``sha256``
+            (a downloaded file is then deleted).
         FileNotFoundError: if ``path`` or ``$TRANSFORMER_LIB_DATA`` is set but the file is not there.
         ConnectionError: if the download fails; the message says how to work offline.
     """
@@ -186,6 +192,9 @@ def fetch(
             raise TypeError(f"fetch: {name} must be a str, got {type(value).__name__}")
     if not filename or os.path.basename(filename) != filename or filename in (".", ".."):
         raise ValueError(f"fetch: filename must be a bare file name without directories, got {filename!r}")
+    if subdir is not None and (not isinstance(subdir, str) or not subdir or pathlib.PurePath(subdir).is_absolute()
+                               or ".." in pathlib.PurePath(subdir).parts):
+        raise ValueError(f"fetch: subdir must be a relative folder such as 'models/name', got {subdir!r}")
     expected = sha256.lower()
     if len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected):
         raise ValueError(f"fetch: sha256 must be 64 hexadecimal characters, got {sha256!r}")
@@ -193,9 +202,10 @@ def fetch(
     if path is not None:
         local = _local_file(check_path("fetch", "path", path), filename, "path")
     elif os.environ.get(DATA_ENV):
-        local = _local_file(os.environ[DATA_ENV], filename, f"the environment variable {DATA_ENV}")
+        root = pathlib.Path(os.environ[DATA_ENV]) / (subdir or "")
+        local = _local_file(root, filename, f"the environment variable {DATA_ENV}")
     else:
-        local = cache_dir() / filename
+        local = cache_dir() / (subdir or "") / filename
         if not local.is_file():
             return _download(url, local, expected)
         _verify(local, expected, f"the cached file {local}",
@@ -440,10 +450,7 @@ class CharTokenizer:
             FileNotFoundError: if the directory of ``path`` does not exist.
         """
         where = f"{type(self).__name__}.save"
-        path = check_path(where, "path", path)
-        if path.is_dir():
-            raise IsADirectoryError(f"{where}: path must be a file, got the directory {os.fspath(path)}")
-        check_path(where, "the directory of path", path.parent, kind="dir")
+        path = check_path(where, "path", path, kind="output")
         text = json.dumps({"format": self.FORMAT, "chars": list(self._chars)}, indent=1) + "\n"
         atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
@@ -484,34 +491,46 @@ class CharTokenizer:
             raise ValueError(f"{where}: {os.fspath(path)} holds an invalid vocabulary: {err}") from None
 
 
-def train_val_split(data: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+def train_val_split(
+    data: torch.Tensor, val_fraction: float = 0.1, *, block_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a token sequence into a leading training part and a trailing validation part.
 
     Nothing is shuffled: the validation part is one contiguous stretch of text that the training
     part does not contain. The training part has ``floor(len(data) * (1 - val_fraction))`` tokens.
+    Each part must hold at least one example for :func:`get_batch`: ``block_size + 1`` tokens,
+    a block of inputs and its targets shifted by one (2 tokens if ``block_size`` is not given).
 
     Args:
         data: ``(N,)`` token ids (any dtype).
         val_fraction: the share of tokens for validation, strictly between 0 and 1.
+        block_size: optional, the block size the parts will be cut into (>= 1).
 
     Returns:
         ``(train, val)``, views of ``data`` of shapes ``(N_train,)`` and ``(N - N_train,)``.
 
     Raises:
-        TypeError: if ``data`` is not a tensor or ``val_fraction`` is not a real number.
-        ValueError: if ``data`` is not 1-D, ``val_fraction`` is not in (0, 1), or a part would be empty.
+        TypeError: if ``data`` is not a tensor, ``val_fraction`` is not a real number or
+            ``block_size`` not an int.
+        ValueError: if ``data`` is not 1-D, ``val_fraction`` is not in (0, 1), ``block_size < 1``,
+            or a part would be shorter than one block (the message says which and by how much).
     """
-    check_tensor("train_val_split", "data", data, ndim=1)
-    val_fraction = check_float("train_val_split", "val_fraction", val_fraction,
+    where = "train_val_split"
+    check_tensor(where, "data", data, ndim=1)
+    val_fraction = check_float(where, "val_fraction", val_fraction,
                                minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    need = 2 if block_size is None else check_int(where, "block_size", block_size, minimum=1) + 1
     n = len(data)
     # Rounding before the floor absorbs float error: (1 - 0.9) * 10 is 0.99999..., which means 1.
     n_train = math.floor(round(n * (1.0 - val_fraction), 6))
-    if n_train == 0 or n_train == n:
-        raise ValueError(
-            f"train_val_split: val_fraction={val_fraction} leaves the "
-            f"{'training' if n_train == 0 else 'validation'} part empty for len(data)={n}"
-        )
+    for part, size in (("training", n_train), ("validation", n - n_train)):
+        if size < need:
+            rule = "2 tokens (one input and its target)" if block_size is None else (
+                f"block_size + 1 = {need} tokens (one block and its shifted targets)")
+            raise ValueError(
+                f"{where}: val_fraction={val_fraction} leaves {size} token{'' if size == 1 else 's'} in the "
+                f"{part} part of len(data)={n}, but each part needs at least {rule}"
+            )
     return data[:n_train], data[n_train:]
 
 
@@ -561,7 +580,7 @@ def get_batch(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
     if device is not None:
-        device = check_device(where, "device", device)
+        device = check_device(where, "device", device, available=True)
 
     rng_device = generator.device if generator is not None else torch.device("cpu")
     ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator, device=rng_device)

@@ -29,7 +29,7 @@ from torch import Tensor
 from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock, _activation_name
 from transformer_lib.embeddings import SinusoidalPositionalEncoding
-from transformer_lib.multihead import MultiHeadAttention
+from transformer_lib.multihead import MultiHeadAttention, _check_input
 from transformer_lib.config import Seq2SeqConfig
 from transformer_lib.utils import eval_mode
 
@@ -120,6 +120,8 @@ class DecoderBlock(nn.Module):
         Returns:
             (B, T, d_model), the dtype of ``x``.
         """
+        _check_input("DecoderBlock.forward", "x", x, self.ln1.weight, self.d_model)
+        _check_input("DecoderBlock.forward", "memory", memory, self.ln1.weight, self.d_model)
         sa = dict(attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, is_causal=tgt_is_causal)
         ca = dict(attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask)
         if self.norm_first:
@@ -207,7 +209,14 @@ class _Stack(nn.Module):
         self.norm = LayerNorm(d_model, eps=eps, bias=bias)
 
     def _run(self, x: Tensor, *args, **kwargs) -> Tensor:
-        """Every block on ``x`` (B, L, d_model) with the same further arguments, then the final norm."""
+        """Every block on ``x`` (B, L, d_model) with the same further arguments, then the final norm.
+
+        ``x`` and a positional ``memory`` must be non-empty (B, L, d_model) tensors with the dtype
+        and device of the parameters (metadata only, checked here, naming the stack).
+        """
+        where, w = f"{type(self).__name__}.forward", self.norm.weight
+        for name, t in zip(("x", "memory"), (x, *args)):
+            _check_input(where, name, t, w, self.norm.d_model)
         for layer in self.layers:
             x = layer(x, *args, **kwargs)
         return self.norm(x)
@@ -348,6 +357,12 @@ def encoder_decoder_from_torch(transformer: nn.Transformer) -> tuple[Encoder, De
     return Encoder.from_torch(transformer.encoder), Decoder.from_torch(transformer.decoder)
 
 
+def _check_padding_mask(where: str, name: str, mask, shape) -> None:
+    """A padding mask must be None or a bool tensor of ``shape`` (B, L)."""
+    if mask is not None:
+        check_tensor(where, name, mask, dtype=torch.bool, shape=tuple(shape))
+
+
 class EncoderDecoder(nn.Module):
     """The encoder-decoder Transformer of Vaswani et al. (2017), for sequence-to-sequence tasks.
 
@@ -396,6 +411,9 @@ class EncoderDecoder(nn.Module):
     def _embed(self, where: str, name: str, ids: Tensor, embed: nn.Embedding) -> Tensor:
         """Validate ``ids`` (B, L) int64 and return ``dropout(embed(ids) * sqrt(d_model) + PE)``, (B, L, d_model)."""
         check_tensor(where, name, ids, dtype=torch.int64, ndim=2, nonempty=True)
+        if ids.device != embed.weight.device:
+            raise ValueError(f"{where}: {name} must be on the model's device {embed.weight.device}, "
+                             f"got {name}.device={ids.device}")
         if ids.size(1) > self.config.max_len:
             raise ValueError(
                 f"{where}: {name} must have at most max_len={self.config.max_len} positions, "
@@ -419,8 +437,14 @@ class EncoderDecoder(nn.Module):
 
         Returns:
             ``memory``, (B, S, d_model).
+
+        Raises:
+            TypeError: if ``src`` is not an int64 tensor or the mask not a bool tensor.
+            ValueError: if ``src`` is not (B, S) with ``1 <= S <= max_len``, is on another device,
+                holds an id outside the source vocabulary (checked on the CPU), or the mask is not (B, S).
         """
         x = self._embed("EncoderDecoder.encode", "src", src, self.src_embed)
+        _check_padding_mask("EncoderDecoder.encode", "src_key_padding_mask", src_key_padding_mask, src.shape)
         return self.encoder(x, src_key_padding_mask=src_key_padding_mask)
 
     def decode(
@@ -440,8 +464,22 @@ class EncoderDecoder(nn.Module):
 
         Returns:
             (B, T, tgt_vocab_size) logits; position ``t`` depends on ``tgt[:, :t + 1]`` and the source.
+
+        Raises:
+            TypeError: if ``tgt`` is not an int64 tensor, ``memory`` not a tensor of the model's
+                dtype, or a mask not a bool tensor.
+            ValueError: if ``tgt`` is not (B, T) with ``1 <= T <= max_len`` or holds an id outside
+                the target vocabulary (checked on the CPU), ``memory`` is not a non-empty
+                (B, S, d_model) tensor on the model's device, or a mask has the wrong shape.
         """
-        y = self._embed("EncoderDecoder.decode", "tgt", tgt, self.tgt_embed)
+        where = "EncoderDecoder.decode"
+        y = self._embed(where, "tgt", tgt, self.tgt_embed)
+        _check_input(where, "memory", memory, self.generator.weight, self.config.d_model)
+        if memory.size(0) != tgt.size(0):
+            raise ValueError(f"{where}: memory must hold one encoded source per target sequence, got "
+                             f"memory.shape={tuple(memory.shape)} and tgt.shape={tuple(tgt.shape)}")
+        _check_padding_mask(where, "tgt_key_padding_mask", tgt_key_padding_mask, tgt.shape)
+        _check_padding_mask(where, "memory_key_padding_mask", memory_key_padding_mask, memory.shape[:2])
         y = self.decoder(y, memory, tgt_key_padding_mask=tgt_key_padding_mask,
                          memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=True)
         return self.generator(y)

@@ -13,6 +13,7 @@ __all__ = [
     "generate",
 ]
 
+import os
 from collections.abc import Callable, Iterator
 
 import torch
@@ -69,9 +70,21 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     probs = torch.softmax(sorted_logits.float(), dim=-1)
     above = probs.cumsum(dim=-1) - probs  # the probability of the tokens ranked above each token
-    drop_sorted = above >= p  # never true for the most likely token, since p > 0
+    drop_sorted = above >= p
+    drop_sorted[..., 0] = False  # the most likely token stays, even for a p below float32's smallest number
     drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)  # back to vocabulary order
     return logits.masked_fill(drop, float("-inf"))
+
+
+def _check_largest_logits(where: str, top: Tensor) -> None:
+    """Refuse a row of logits whose largest value ``top`` (..., 1) is NaN or infinite."""
+    bad = ~top.isfinite()
+    if bool(bad.any()):
+        row = tuple(bad.nonzero()[0, :-1].tolist())
+        raise ValueError(
+            f"{where}: logits must have a finite largest value in every row, got {top[row].item()}"
+            + (f" in row {row}" if row else "") + " (a NaN, +inf, or every entry -inf)"
+        )
 
 
 def sample_next(
@@ -84,7 +97,9 @@ def sample_next(
 ) -> Tensor:
     """Draw the next token from next-token logits: temperature, then top-k, then top-p, then a sample.
 
-    The logits are divided by ``temperature``, filtered by :func:`top_k_filter` and then
+    The logits, shifted so that the largest of each row is 0 (which keeps a tiny ``temperature``
+    from overflowing and changes no probability), are divided by ``temperature``, filtered by
+    :func:`top_k_filter` and then
     :func:`top_p_filter` (the order of Hugging Face's ``generate``), turned into probabilities by a
     softmax (in float32 at least) and sampled with ``torch.multinomial``. ``temperature=0`` is
     greedy decoding: the most likely token (the lowest id among equal logits), which both filters
@@ -103,8 +118,9 @@ def sample_next(
 
     Raises:
         TypeError: if ``logits`` is not a floating tensor, or an argument has the wrong type.
-        ValueError: if ``logits`` is empty, ``temperature < 0``, ``top_k < 1`` or ``top_p`` is
-            outside (0, 1].
+        ValueError: if ``logits`` is empty or, when sampling on the CPU, has a row whose largest
+            logit is NaN or infinite (greedy decoding returns the position of the largest, as
+            ``argmax`` does), ``temperature < 0``, ``top_k < 1`` or ``top_p`` is outside (0, 1].
     """
     where = "sample_next"
     check_tensor(where, "logits", logits, floating=True, nonempty=True)
@@ -117,13 +133,23 @@ def sample_next(
         raise TypeError(f"{where}: generator must be None or a torch.Generator, got {type(generator).__name__}")
     if temperature == 0.0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits / temperature
+    top = logits.amax(dim=-1, keepdim=True)  # (..., 1)
+    logits = logits - top  # the largest is 0, so a tiny temperature cannot overflow
+    if temperature >= torch.finfo(logits.dtype).smallest_normal:
+        logits = logits / temperature
+    else:  # the temperature rounds to (nearly) 0 in this dtype: the gaps become -inf, the largest stays 0
+        logits = torch.where(logits == 0, 0.0, logits / temperature)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     probs = torch.softmax(logits.float(), dim=-1)
-    draws = torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator)
+    try:
+        draws = torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator)
+    except RuntimeError:  # "probability tensor contains either inf, nan or element < 0": say why
+        if top.device.type == "cpu":
+            _check_largest_logits(where, top)
+        raise
     return draws.reshape(*probs.shape[:-1], 1)
 
 
@@ -143,6 +169,37 @@ def _first_weight(model: nn.Module, where: str) -> Tensor:
     if weight is None:
         raise ValueError(f"{where}: model must have a floating-point parameter, got {type(model).__name__} without one")
     return weight
+
+
+def _device_memory(device: torch.device) -> int | None:
+    """The bytes a tensor on ``device`` can use at most: the physical memory for the CPU, the free
+    memory of a CUDA device; None where it is not known."""
+    try:
+        if device.type == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+    except (AttributeError, ValueError, OSError, RuntimeError):  # no sysconf, or no CUDA here
+        pass
+    return None
+
+
+def _format_bytes(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:,} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
+def _check_fits(where: str, what: str, nbytes: int, device: torch.device | None) -> None:
+    """Refuse, before allocating it, ``nbytes`` of tensors that cannot fit in ``device``'s memory."""
+    device = torch.device("cpu") if device is None else device
+    memory = _device_memory(device)
+    if memory is not None and nbytes > memory:
+        raise ValueError(
+            f"{where}: {what} would need {_format_bytes(nbytes)}, more than the {_format_bytes(memory)} of "
+            f"memory of the device {device}"
+        )
 
 
 class _LayerKVCache:
@@ -229,7 +286,12 @@ class KVCache:
         shape = tuple(check_int("KVCache", name, value, minimum=1) for name, value in sizes.items())
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"KVCache: dtype must be a floating torch.dtype, got dtype={describe(dtype)}")
-        device = None if device is None else check_device("KVCache", "device", device)
+        device = None if device is None else check_device("KVCache", "device", device, available=True)
+        numel = 1
+        for size in shape:
+            numel *= size
+        nbytes = 2 * numel * dtype.itemsize
+        _check_fits("KVCache", f"the keys and values, 2 x {' x '.join(map(str, shape))} {dtype} numbers", nbytes, device)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self._layers = [_LayerKVCache(self.k[i], self.v[i]) for i in range(n_layer)]
@@ -363,9 +425,10 @@ def generate(
         TypeError: if ``model`` is not an ``nn.Module`` with a ``config``, ``idx`` is not an int64
             tensor, or an argument has the wrong type.
         ValueError: if ``idx`` is not (B, T) with B, T >= 1, holds an id outside the vocabulary (checked
-            on a CPU) or is on another device than the model, ``max_new_tokens < 0``,
-            ``temperature < 0``, ``top_k < 1``, ``top_p`` is outside (0, 1], or ``generator`` is on
-            another device.
+            on a CPU) or is on another device than the model, ``max_new_tokens < 0`` or so large
+            that the output and the cache cannot fit in the device's memory (refused before
+            anything is allocated), ``temperature < 0``, ``top_k < 1``, ``top_p`` is outside (0, 1],
+            or ``generator`` is on another device.
     """
     where = "generate"
     device = _first_weight(model, where).device
@@ -390,9 +453,15 @@ def generate(
         raise ValueError(f"{where}: generator must be on the model's device {device}, got generator.device={generator.device}")
     if callback is not None and not callable(callback):
         raise TypeError(f"{where}: callback must be callable, got {describe(callback)}")
+    B, T = idx.shape
+    need = B * (T + max_new_tokens) * 8  # the int64 output
+    if use_cache and max_new_tokens > 0:  # KVCache.for_model: keys and values of every layer
+        c, w = model.config, _first_weight(model, where)
+        need += 2 * c.n_layer * B * c.block_size * c.n_embd * w.element_size()
+    _check_fits(where, f"max_new_tokens={max_new_tokens} (a {B} x {T + max_new_tokens} int64 output"
+                + (" and the KV cache)" if use_cache and max_new_tokens > 0 else ")"), need, device)
 
     with eval_mode(model), torch.inference_mode():
-        B, T = idx.shape
         seq = torch.empty(B, T + max_new_tokens, dtype=torch.int64, device=device)
         seq[:, :T] = idx
         cache = KVCache.for_model(model, B) if use_cache and max_new_tokens > 0 else None

@@ -111,16 +111,17 @@ class GPT(nn.Module):
         Returns:
             ``(logits, loss)``: logits (B, T, vocab_size) in the dtype of the parameters, where
             ``logits[b, t]`` depends only on ``idx[b, :t + 1]`` (and the cached positions); loss
-            the mean cross-entropy over the positions whose target is not -1 (a 0-d tensor; NaN
-            if every target is -1), or None without targets.
+            the mean cross-entropy over the positions whose target is not -1 (a 0-d tensor), or
+            None without targets. If every target is -1 there is nothing to average: CPU targets
+            are refused, on an accelerator (not checked, to avoid a sync) the loss is NaN.
 
         Raises:
             TypeError: if ``idx`` or ``targets`` is not an int64 tensor, or ``kv_cache`` lacks an
                 int attribute ``length`` or a ``len()``.
             ValueError: if ``idx`` is not 2-D, has no positions or more than ``block_size`` (with
-                the cached ones), holds an id outside ``[0, vocab_size)``, ``targets`` has another
-                shape or an id outside ``[-1, vocab_size)``, or ``kv_cache`` does not hold one
-                cache per block.
+                the cached ones), is on another device than the model, holds an id outside
+                ``[0, vocab_size)``, ``targets`` has another shape or device, an id outside
+                ``[-1, vocab_size)`` or only -1, or ``kv_cache`` does not hold one cache per block.
         """
         past = 0 if kv_cache is None else self._check_cache(kv_cache)
         T = self._check_inputs(idx, targets, past)
@@ -164,12 +165,19 @@ class GPT(nn.Module):
                 f"{w}: kv_cache holds {past} positions and idx adds T={T}, {past + T} in all, but "
                 f"block_size={c.block_size}; start a new cache from the last block_size tokens"
             )
+        if idx.device != self.wte.weight.device:
+            raise ValueError(f"{w}: idx must be on the model's device {self.wte.weight.device}, got idx.device={idx.device}")
         if targets is not None:
             check_tensor(w, "targets", targets, dtype=torch.int64, shape=tuple(idx.shape))
+            if targets.device != idx.device:
+                raise ValueError(f"{w}: targets must be on the device of idx, {idx.device}, got targets.device={targets.device}")
         if idx.device.type == "cpu" and not torch.compiler.is_compiling():  # data-dependent: not traceable
             _check_ids(w, "idx", idx, 0, c.vocab_size)
-            if targets is not None:
-                _check_ids(w, "targets", targets, -1, c.vocab_size, " or -1 (ignored)")
+            if targets is not None and _check_ids(w, "targets", targets, -1, c.vocab_size, " or -1 (ignored)") == -1:
+                raise ValueError(
+                    f"{w}: targets must hold at least one id that is not -1, got every target -1 (ignored), "
+                    "so the loss would average over nothing (NaN)"
+                )
         return T
 
     def num_params(self, non_embedding: bool = True) -> int:
@@ -276,7 +284,7 @@ class GPT(nn.Module):
         """
         where = "GPT.from_pretrained"
         path = check_path(where, "name_or_dir", name_or_dir)
-        device = check_device(where, "device", device)
+        device = check_device(where, "device", device, available=True)
         if path.is_dir():
             config, state = serialization.load_pretrained_state(path)
             model = cls._new(config).to(next(iter(state.values())).dtype)
@@ -309,13 +317,15 @@ class GPT(nn.Module):
             return cls(config)
 
 
-def _check_ids(where: str, name: str, ids: Tensor, low: int, high: int, extra: str = "") -> None:
-    """Raise a ValueError if ``ids`` holds a value outside ``[low, high)``: one read of the tensor."""
-    if ids.numel() == 0:
-        return
+def _check_ids(where: str, name: str, ids: Tensor, low: int, high: int, extra: str = "") -> int:
+    """Raise a ValueError if ``ids`` (not empty) holds a value outside ``[low, high)``; return the largest.
+
+    One read of the tensor, which also tells :meth:`GPT.forward` whether every target is ignored.
+    """
     lo, hi = (int(v) for v in torch.aminmax(ids))
     if lo < low or hi >= high:
         raise ValueError(
             f"{where}: {name} must hold ids in [0, vocab_size={high}){extra}, got the id {lo if lo < low else hi} "
             f"in {name}"
         )
+    return hi

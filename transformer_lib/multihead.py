@@ -16,8 +16,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_float, check_int, check_tensor
-from transformer_lib.attention import attention_weights, causal_mask
+from transformer_lib._checks import check_bool, check_float, check_int, check_like, check_tensor
+from transformer_lib.attention import _check_additive_mask, attention_weights, causal_mask
 
 
 def split_heads(x: Tensor, n_head: int) -> Tensor:
@@ -131,6 +131,28 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_
     return weights @ v
 
 
+def _check_input(where: str, name: str, x, like: Tensor, d_model: int) -> None:
+    """``x`` must be a non-empty (B, L, d_model) tensor with the dtype and device of ``like``.
+
+    Metadata only, so that a forward pass can afford it: a float64 or integer input to a float32
+    module fails here, naming the argument, not in a matmul with "mat1 and mat2 must have the same dtype".
+    """
+    check_like(where, name, x, like)
+    if x.ndim != 3 or x.size(-1) != d_model or x.numel() == 0:
+        check_tensor(where, name, x, shape=(None, None, d_model), nonempty=True)
+
+
+def _check_mask(where: str, name: str, mask, device: torch.device) -> None:
+    """A mask must be a bool or floating tensor on ``device``; a floating one without ``+inf`` or NaN (read on the CPU)."""
+    if not isinstance(mask, Tensor) or not (mask.dtype == torch.bool or mask.is_floating_point()):
+        got = f"{name}.dtype={mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise TypeError(f"{where}: {name} must be a bool or floating tensor, got {got}")
+    if mask.device != device:
+        raise ValueError(f"{where}: {name} must be on the device of query, {device}, got {name}.device={mask.device}")
+    if mask.is_floating_point():
+        _check_additive_mask(where, name, mask)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``h`` scaled dot-product attentions side by side, then a projection.
 
@@ -224,20 +246,41 @@ class MultiHeadAttention(nn.Module):
             after dropout, as in ``nn.MultiheadAttention``. A query whose keys are all masked gets
             zero weights and a zero attention output.
 
-        The inputs are not checked: this runs once per layer at every step, and a tensor of the
-        wrong shape fails inside PyTorch's kernels.
+        Only what costs nothing is checked, since this runs once per layer at every step: the
+        dtype, device, rank, width and emptiness of the inputs (metadata, no data read) and the
+        dtype of the masks. A float mask's values are checked (no ``+inf`` or NaN) on the CPU only
+        and not while compiling.
 
         Raises:
-            ValueError: if ``kv_cache`` is given with a ``key`` or ``value`` (cross-attention).
+            TypeError: if an input is not a tensor of the dtype of the parameters (any floating dtype
+                under ``torch.autocast``), or a mask is neither bool nor floating.
+            ValueError: if an input is on another device than the parameters, is not
+                (B, L, d_model) or is empty, a float mask holds ``+inf`` or NaN (on the CPU), or
+                ``kv_cache`` is given with a ``key`` or ``value`` (cross-attention).
         """
-        E, h = self.d_model, self.n_head
+        E, h, w = self.d_model, self.n_head, self.in_proj.weight
+        where = "MultiHeadAttention.forward"
         cross = (key is not None and key is not query) or (value is not None and value is not query)
         if kv_cache is not None and cross:
-            raise ValueError("MultiHeadAttention: kv_cache works with self-attention only; got a key or value")
+            raise ValueError(f"{where}: kv_cache works with self-attention only; got a key or value")
+        _check_input(where, "query", query, w, E)
         if key is None:
             key = query
+        elif key is not query:
+            _check_input(where, "key", key, w, E)
+            if key.size(0) != query.size(0):
+                raise ValueError(f"{where}: key must have the batch size of query, got query.shape="
+                                 f"{tuple(query.shape)} and key.shape={tuple(key.shape)}")
         if value is None:
             value = key
+        elif value is not key and value is not query:
+            _check_input(where, "value", value, w, E)
+            if value.shape[:2] != key.shape[:2]:
+                raise ValueError(f"{where}: value must have the (B, S) of key, got key.shape="
+                                 f"{tuple(key.shape)} and value.shape={tuple(value.shape)}")
+        for name, m in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)):
+            if m is not None:
+                _check_mask(where, name, m, query.device)
         if key is query and value is query:  # self-attention: one matmul for q, k and v
             q, k, v = split_heads(self.in_proj(query), 3 * h).chunk(3, dim=1)  # (B, h, T, d_k) each, views
         else:  # cross-attention: the same weights, applied to different inputs

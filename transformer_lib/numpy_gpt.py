@@ -279,11 +279,11 @@ def params_to_torch(params: dict, model):
 
 
 class AdamWNumpy:
-    """AdamW on a dict of NumPy arrays, updated in place, as :class:`~transformer_lib.training.AdamW`.
+    """AdamW on a dict of NumPy arrays, updated in place, as ``torch.optim.AdamW``.
 
     Per parameter ``p`` with gradient ``g`` at step ``t`` (counted from 1): ``p *= 1 - lr * wd`` (only
-    for arrays with two or more dimensions, as :func:`~transformer_lib.training.weight_decay_groups`
-    decides); ``m = beta1 m + (1 - beta1) g``; ``v = beta2 v + (1 - beta2) g^2``;
+    for arrays with two or more dimensions: weight matrices and embeddings, not biases and gains);
+    ``m = beta1 m + (1 - beta1) g``; ``v = beta2 v + (1 - beta2) g^2``;
     ``p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``.
 
     Args:
@@ -362,7 +362,7 @@ class AdamWNumpy:
 def clip_grad_norm_np(grads: dict, max_norm: float) -> float:
     """Scale the gradients in place so that their global L2 norm is at most ``max_norm``.
 
-    As :func:`~transformer_lib.training.clip_grad_norm_`: every gradient is multiplied by
+    As ``torch.nn.utils.clip_grad_norm_``: every gradient is multiplied by
     ``min(1, max_norm / (total_norm + 1e-6))``.
 
     Args:

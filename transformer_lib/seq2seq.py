@@ -275,11 +275,11 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, length: int | N
     Args:
         seqs: B sequences of int ids (lists or tuples) of any lengths.
         pad_id: the id that fills the positions after each sequence's end (>= 0).
-        length: the number of columns L; defaults to the length of the longest sequence, and may
+        length: the number of columns; defaults to the length of the longest sequence, and may
             not be shorter than it.
 
     Returns:
-        (B, L) int64 tensor; row ``b`` holds ``seqs[b]`` followed by ``pad_id``.
+        (B, length) int64 tensor; row ``b`` holds ``seqs[b]`` followed by ``pad_id``.
 
     Raises:
         TypeError: if ``seqs`` is not a list of lists of ints, or ``pad_id`` or ``length`` is not an int.

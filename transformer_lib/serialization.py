@@ -29,7 +29,7 @@ from torch import Tensor
 
 from transformer_lib._checks import check_path
 from transformer_lib.config import GPTConfig
-from transformer_lib.utils import atomic_write
+from transformer_lib.utils import atomic_write, state_sha256, tensor_sha256
 
 #: The file names that :func:`save_pretrained` writes in its directory (Hugging Face's names).
 WEIGHTS_NAME = "model.safetensors"
@@ -46,20 +46,31 @@ def _read_safetensors(where: str, path: Path) -> tuple[dict[str, Tensor], dict[s
     """The tensors (on the CPU) and the metadata of a safetensors file, read by the safetensors library.
 
     Raises ValueError if the library refuses the file, saying so plainly when the file is a pickle
-    or a ``torch.save`` archive (which is never unpickled).
+    or a ``torch.save`` archive (which is never unpickled), and OSError if it cannot be read.
     """
+    name = os.fspath(path)
     try:
-        with safetensors.safe_open(os.fspath(path), framework="pt") as f:
-            metadata = f.metadata() or {}
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-    except safetensors.SafetensorError as err:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(8)
+    except OSError as err:
+        raise type(err)(f"{where}: cannot read {name}: {err.strerror or err}") from None
+    if not head:
+        raise ValueError(f"{where}: {name} is empty (0 bytes), not a safetensors file")
+    try:
+        with safetensors.safe_open(name, framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except Exception as err:  # SafetensorError mostly; whatever else a damaged header provokes
         kind = next((k for start, k in _PICKLE_STARTS.items() if head.startswith(start)), None)
         hint = (f"; it is {kind}, which is never loaded here because unpickling can run code" if kind
-                else " (truncated, or another format)")
-        raise ValueError(f"{where}: {os.fspath(path)} is not a valid safetensors file: {err}{hint}") from None
+                else " (truncated, damaged, or another format)")
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{where}: {name} is not a valid safetensors file: {reason}{hint}") from None
     return tensors, metadata
+
+
+#: The metadata keys that :func:`save_pretrained` writes itself.
+_RESERVED = {"format", "dtype", "config", "tied", "sha256"}
 
 
 def _tied_groups(state: Mapping[str, Tensor]) -> list[list[str]]:
@@ -79,9 +90,13 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
     dict is stored once: names that share one tensor (the tied ``lm_head.weight`` and
     ``wte.weight``) are stored under the first name and listed in the metadata entry ``tied``. The
     safetensors metadata also holds ``format`` (``SAFETENSORS_FORMAT``), ``dtype`` (of the
-    parameters, e.g. ``"float32"``) and ``config`` (the configuration as JSON). Both files are
-    written atomically (:func:`~transformer_lib.utils.atomic_write`), so an interrupted save leaves
-    the previous files intact.
+    parameters, e.g. ``"float32"``), ``config`` (the configuration as JSON) and ``sha256``: a JSON
+    object that maps each stored tensor's name to its :func:`~transformer_lib.utils.tensor_sha256`
+    (dtype, shape and bytes) and ``"__metadata__"`` to the
+    :func:`~transformer_lib.utils.state_sha256` of all the other metadata entries, which
+    :func:`load_pretrained_state` verifies. Both files are written atomically
+    (:func:`~transformer_lib.utils.atomic_write`), so an interrupted save leaves the previous files
+    intact.
 
     Args:
         model: a :class:`~transformer_lib.gpt.GPT` (any module whose ``config`` is a
@@ -90,7 +105,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
         directory: where to write; created if missing. Existing files of the same names are
             replaced.
         metadata: optional extra str -> str entries for the safetensors metadata (e.g. the
-            training step); the keys ``format``, ``dtype``, ``config`` and ``tied`` are reserved.
+            training step); the keys ``format``, ``dtype``, ``config``, ``tied`` and ``sha256`` are reserved.
 
     Raises:
         TypeError: if ``model`` is not a GPT, its tensors do not share one floating dtype, or
@@ -107,7 +122,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise TypeError(f"{where}: metadata must be a mapping of str to str, got metadata={metadata!r}")
-    reserved = sorted({"format", "dtype", "config", "tied"} & set(metadata))
+    reserved = sorted(_RESERVED & set(metadata))
     if reserved:
         raise ValueError(f"{where}: metadata must not use the reserved keys {reserved}, got metadata={metadata!r}")
     state = model.state_dict()
@@ -123,6 +138,8 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
         "config": json.dumps(model.config.to_dict()),
         "tied": json.dumps({alias: g[0] for g in groups for alias in g[1:]}),
     }
+    digests = {name: tensor_sha256(t) for name, t in tensors.items()}
+    meta["sha256"] = json.dumps({**digests, "__metadata__": state_sha256(meta)}, sort_keys=True)
     directory.mkdir(parents=True, exist_ok=True)
     data = safetensors.torch.save(tensors, metadata=meta)
     atomic_write(directory / WEIGHTS_NAME, lambda f: f.write(data))
@@ -132,6 +149,44 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
 #: GPT ties its output layer to its token embedding (Chapter 6). A file that does not record its
 #: ties (one written by another tool) is read with this one.
 _GPT_TIED = {"lm_head.weight": "wte.weight"}
+_HEX = set("0123456789abcdef")
+
+
+def _verify(where: str, path: Path, state: Mapping[str, Tensor], metadata: Mapping[str, str]) -> None:
+    """Check the digests that :func:`save_pretrained` recorded against the tensors and the metadata.
+
+    A file without our format marker and without ``sha256`` (one written by another tool, e.g.
+    Hugging Face's) has nothing to check against and passes; one with either must verify.
+    """
+    name = os.fspath(path)
+    if metadata.get("format") != SAFETENSORS_FORMAT and "sha256" not in metadata:
+        return
+    if "sha256" not in metadata:
+        raise ValueError(f"{where}: {name} carries the format marker {SAFETENSORS_FORMAT!r} but no checksums "
+                         "(the metadata entry 'sha256'), so its content cannot be verified")
+    try:
+        recorded = json.loads(metadata["sha256"])
+    except json.JSONDecodeError:
+        recorded = None
+    if not isinstance(recorded, dict) or not all(
+        isinstance(v, str) and len(v) == 64 and set(v) <= _HEX for v in recorded.values()
+    ):
+        raise ValueError(f"{where}: {name} is corrupt: its metadata entry 'sha256' is not a JSON object of "
+                         "SHA-256 digests")
+    rest = {k: v for k, v in metadata.items() if k != "sha256"}
+    problems = []
+    if recorded.get("__metadata__") != state_sha256(rest):
+        problems.append("the metadata")
+    names = set(recorded) - {"__metadata__"}
+    if names != set(state):
+        problems.append(f"the set of tensors (missing {sorted(names - set(state))}, "
+                        f"unexpected {sorted(set(state) - names)})")
+    changed = sorted(k for k in names & set(state) if tensor_sha256(state[k]) != recorded[k])
+    if changed:
+        problems.append(f"the tensors {changed}")
+    if problems:
+        raise ValueError(f"{where}: {name} was modified or corrupted after it was written: checksum mismatch "
+                         f"in {', '.join(problems)}")
 
 
 def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict[str, Tensor]]:
@@ -140,9 +195,12 @@ def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict
     ``GPT.from_pretrained(directory)`` calls this function, then ``GPT(config)`` and
     ``load_state_dict(state)``. ``config.json`` is parsed as JSON and validated as a
     :class:`~transformer_lib.config.GPTConfig`; ``model.safetensors`` is read by the safetensors
-    library, which validates its header against the file, and its tensors must share one
-    floating dtype (the ``dtype`` of the metadata, if recorded). If the weights file records a
-    configuration, it must equal ``config.json``. Of names that share one tensor (the metadata
+    library, which validates its header against the file. A file written by :func:`save_pretrained`
+    (its metadata has our format marker or ``sha256``) must then match its checksums: every
+    tensor's digest, the set of names and the other metadata entries; a file written by another
+    tool has no checksums and is read without. The tensors must share one floating dtype (the
+    ``dtype`` of the metadata, if recorded). If the weights file records a configuration, it must
+    equal ``config.json``. Of names that share one tensor (the metadata
     entry ``tied``, or ``lm_head.weight`` and ``wte.weight`` for a file without it) any one may be
     stored; if several are, they must be equal. A pickle is refused and never unpickled.
 
@@ -155,15 +213,19 @@ def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict
 
     Raises:
         FileNotFoundError: if the directory or one of the two files is missing.
-        NotADirectoryError: if ``directory`` is a file.
-        ValueError: if a file is not what it should be: ``config.json`` not a valid configuration,
-            the weights file not valid safetensors (a pickle, truncated, ...), configurations that
-            disagree, tensors of several dtypes, or tied tensors stored twice with different values.
+        NotADirectoryError: if ``directory`` is a file; IsADirectoryError if one of the files is a directory.
+        ValueError: naming the file, if it is not what it should be: ``config.json`` not a valid
+            configuration (or not UTF-8), the weights file empty or not valid safetensors (a pickle,
+            truncated, ...), changed after it was written (a checksum mismatch) or carrying our
+            format marker without checksums, configurations that disagree, tensors of several
+            dtypes, or tied tensors stored twice with different values.
     """
     where = "load_pretrained_state"
     directory = check_path(where, "directory", directory, kind="dir")
     weights_path, config_path = directory / WEIGHTS_NAME, directory / CONFIG_NAME
     for p in (weights_path, config_path):
+        if p.is_dir():
+            raise IsADirectoryError(f"{where}: {os.fspath(p)} must be a file, got a directory")
         if not p.is_file():
             raise FileNotFoundError(
                 f"{where}: {os.fspath(directory)} has no {p.name} (save_pretrained writes {WEIGHTS_NAME} "
@@ -171,9 +233,12 @@ def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict
             )
     try:
         config = GPTConfig.from_json(config_path)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError) as err:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"{where}: {os.fspath(config_path)} is not a valid GPT configuration: {err}") from None
+    except OSError as err:
+        raise type(err)(f"{where}: cannot read {os.fspath(config_path)}: {err.strerror or err}") from None
     state, metadata = _read_safetensors(where, weights_path)
+    _verify(where, weights_path, state, metadata)
     if "config" in metadata:
         try:
             recorded = json.loads(metadata["config"])
@@ -181,7 +246,7 @@ def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict
             recorded = metadata["config"]
         if recorded != config.to_dict():
             raise ValueError(
-                f"{where}: {CONFIG_NAME} and {WEIGHTS_NAME} in {os.fspath(directory)} come from different "
+                f"{where}: {os.fspath(config_path)} and {os.fspath(weights_path)} come from different "
                 f"models: {CONFIG_NAME} says {config.to_dict()}, the weights were saved with {recorded}"
             )
     dtypes = [str(t.dtype).removeprefix("torch.") for t in state.values()]
@@ -196,6 +261,9 @@ def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict
         tied = json.loads(metadata["tied"]) if "tied" in metadata else _GPT_TIED
     except json.JSONDecodeError as err:
         raise ValueError(f"{where}: the metadata entry 'tied' of {os.fspath(weights_path)} is not JSON: {err}") from None
+    if not isinstance(tied, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tied.items()):
+        raise ValueError(f"{where}: the metadata entry 'tied' of {os.fspath(weights_path)} must map names to "
+                         f"names, got {metadata['tied'][:80]!r}")
     for alias, name in tied.items():
         present = [n for n in (name, alias) if n in state]
         if len(present) == 2 and not torch.equal(state[name], state[alias]):

@@ -7,15 +7,18 @@ Exported from the chapter `book/15_shipping.md`.
 """
 
 __all__ = [
+    "CHECKSUM_SUFFIX",
     "export_onnx",
     "OnnxGPT",
 ]
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import warnings
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -73,6 +76,14 @@ def _quiet_exporter():
             logging.getLogger(name).removeFilter(f)
 
 
+#: What :func:`export_onnx` appends to the file's name for its checksum file, in ``sha256sum``'s format.
+CHECKSUM_SUFFIX = ".sha256"
+
+
+def _checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
 def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq_len: int | None = None,
                 dynamic: bool = True, opset: int = 18) -> None:
     """Export a GPT to an ONNX file that maps ``idx`` (B, T) int64 to ``logits`` (B, T, V) float.
@@ -87,11 +98,13 @@ def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq
     that the exporter attaches to each node (the PyTorch stack trace, with file paths of the
     exporting machine) is removed. The model is checked with
     ``onnx.checker.check_model(full_check=True)``, then written atomically
-    (:func:`~transformer_lib.utils.atomic_write`).
+    (:func:`~transformer_lib.utils.atomic_write`), and so is its SHA-256, to ``path`` +
+    ``CHECKSUM_SUFFIX`` (``model.onnx.sha256``) in the format of ``sha256sum``
+    (``sha256sum -c model.onnx.sha256`` checks it), which :class:`OnnxGPT` verifies.
 
     Args:
         model: the model to export, on any device.
-        path: the ``.onnx`` file to write; an existing file is replaced.
+        path: the ``.onnx`` file to write; an existing file (and its checksum file) is replaced.
         batch_size: batch size of the example input; with ``dynamic=True`` at least 2, since
             ``torch.export`` fixes an axis of size 1.
         seq_len: sequence length of the example input, at most ``block_size``; with
@@ -142,14 +155,40 @@ def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq
     onnx.checker.check_model(proto, full_check=True)
     data = proto.SerializeToString()
     atomic_write(path, lambda f: f.write(data))
+    line = f"{hashlib.sha256(data).hexdigest()}  {path.name}\n".encode("utf-8", "surrogateescape")
+    atomic_write(_checksum_path(path), lambda f: f.write(line))  # after the model: a crash between is refused
+
+
+def _recorded_sha256(where: str, path: Path) -> str:
+    """The digest in ``path``'s checksum file: the first word of its first line (the name after it is ignored)."""
+    sums = _checksum_path(path)
+    if not sums.is_file():
+        raise FileNotFoundError(
+            f"{where}: {os.fspath(path)} has no checksum file {sums.name} (export_onnx writes one), so it cannot be "
+            "verified; pass sha256=<its SHA-256> if you know it, or verify=False to run it unverified")
+    try:
+        words = sums.read_bytes()[:4096].decode("ascii").split()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{where}: cannot read the checksum file {os.fspath(sums)}: {err}") from None
+    digest = words[0].lower() if words else ""
+    if len(digest) != 64 or not set(digest) <= set("0123456789abcdef"):
+        raise ValueError(f"{where}: {os.fspath(sums)} is not a checksum file (expected '<64 hex digits>  "
+                         f"{path.name}', as sha256sum writes)")
+    return digest
 
 
 class OnnxGPT:
     """A GPT exported by :func:`export_onnx`, run by ONNX Runtime on the CPU.
 
+    The file is read once; before ONNX Runtime sees the bytes, their SHA-256 is compared with the
+    one :func:`export_onnx` recorded in the checksum file beside it (``model.onnx.sha256``), or
+    with ``sha256`` when given. Without a checksum the file is refused unless ``verify=False``.
+
     Args:
         path: the ``.onnx`` file.
         num_threads: threads for ONNX Runtime's operators (>= 1); None lets it choose.
+        sha256: the file's expected SHA-256 (64 hex digits), used instead of the checksum file.
+        verify: False runs the file without checking it (for ONNX files from elsewhere).
 
     Attributes:
         config: the :class:`~transformer_lib.config.GPTConfig` stored in the file.
@@ -158,31 +197,54 @@ class OnnxGPT:
 
     Raises:
         ImportError: if onnxruntime is missing.
-        FileNotFoundError: if ``path`` is not a file.
-        ValueError: if the file is not an ONNX model or was not written by :func:`export_onnx`.
+        FileNotFoundError: if ``path`` is not a file, or (with ``verify=True`` and no ``sha256``)
+            its checksum file is missing.
+        ValueError: if the file's SHA-256 is not the recorded one (it changed after the export),
+            the checksum file is malformed, or the file is not an ONNX model written by :func:`export_onnx`.
     """
 
-    def __init__(self, path: str | os.PathLike, *, num_threads: int | None = None):
+    def __init__(self, path: str | os.PathLike, *, num_threads: int | None = None, sha256: str | None = None,
+                 verify: bool = True):
         where = "OnnxGPT"
         _, ort = _import_onnx(where)
         path = check_path(where, "path", path, kind="file")
         if num_threads is not None:
             num_threads = check_int(where, "num_threads", num_threads, minimum=1)
+        verify = check_bool(where, "verify", verify)
+        if sha256 is not None:
+            if not isinstance(sha256, str) or len(sha256) != 64 or not set(sha256.lower()) <= set("0123456789abcdef"):
+                raise ValueError(f"{where}: sha256 must be 64 hex digits, got sha256={sha256!r}")
+            if not verify:
+                raise ValueError(f"{where}: sha256 is a checksum to verify, but verify=False; pass one or the other")
+        try:
+            data = path.read_bytes()  # read once: the bytes verified are the bytes run
+        except OSError as err:
+            raise type(err)(f"{where}: cannot read {os.fspath(path)}: {err.strerror or err}") from None
+        if verify:
+            expected = sha256.lower() if sha256 is not None else _recorded_sha256(where, path)
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != expected:
+                source = "sha256" if sha256 is not None else _checksum_path(path).name
+                raise ValueError(f"{where}: {os.fspath(path)} was modified or corrupted after it was exported: "
+                                 f"checksum mismatch (expected {expected[:16]}... from {source}, the file has "
+                                 f"{actual[:16]}...)")
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; ours are raised as exceptions
         if num_threads is not None:
             options.intra_op_num_threads = num_threads
-        errors = ort.capi.onnxruntime_pybind11_state
         try:
-            self.session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
-        except (errors.InvalidProtobuf, errors.InvalidGraph, errors.Fail, errors.NotImplemented) as err:
+            self.session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # InvalidProtobuf, InvalidGraph, Fail, NotImplemented, ...
             raise ValueError(f"{where}: ONNX Runtime cannot load {os.fspath(path)}: {err}") from None
         stored = self.session.get_modelmeta().custom_metadata_map.get("transformer_lib.config")
         inputs = self.session.get_inputs()
         if stored is None or [i.name for i in inputs] != ["idx"]:
             raise ValueError(f"{where}: {os.fspath(path)} was not written by export_onnx (no transformer_lib.config "
                              "metadata or no single input named idx)")
-        self.config = GPTConfig.from_dict(json.loads(stored))
+        try:
+            self.config = GPTConfig.from_dict(json.loads(stored))
+        except (TypeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
+            raise ValueError(f"{where}: the configuration stored in {os.fspath(path)} is not valid: {err}") from None
         self.input_shape = tuple(inputs[0].shape)
 
     def __call__(self, idx: Tensor) -> Tensor:

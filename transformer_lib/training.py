@@ -13,6 +13,9 @@ __all__ = [
     "inverse_sqrt_lr",
     "cosine_lr",
     "clip_grad_norm_",
+    "MAX_STEPS",
+    "MAX_BATCH_SIZE",
+    "MAX_EVAL_ITERS",
     "TrainConfig",
     "TRAIN_PRESETS",
     "estimate_loss",
@@ -27,12 +30,15 @@ __all__ = [
     "train",
 ]
 
+import contextlib
+import itertools
 import json
 import math
 import os
 import pickle
 import random
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,12 +51,12 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from transformer_lib._checks import (
-    check_bool, check_choice, check_device, check_float, check_int, check_path, check_tensor,
+    check_bool, check_choice, check_device, check_float, check_int, check_path, check_tensor, describe,
 )
 from transformer_lib.config import GPTConfig
 from transformer_lib.data import get_batch
 from transformer_lib.gpt import GPT
-from transformer_lib.utils import JSONConfig, atomic_write, eval_mode
+from transformer_lib.utils import JSONConfig, atomic_write, eval_mode, state_sha256, tensor_sha256
 
 
 def _log_softmax(logits: Tensor) -> Tensor:
@@ -66,16 +72,20 @@ def cross_entropy(
     """Mean cross-entropy between logits and target token ids, as ``F.cross_entropy``.
 
     Args:
-        logits: (N, V) or (B, T, V) float tensor of unnormalised scores.
+        logits: (N, V) or (B, T, V) float tensor of unnormalised scores, not empty.
         targets: (N,) or (B, T) int64 ids in ``[0, V)``; positions equal to ``ignore_index`` are left out.
-        ignore_index: the target value that marks a position to ignore.
+        ignore_index: the target value that marks a position to ignore (PyTorch's -100; GPT uses -1).
         label_smoothing: ``epsilon`` in [0, 1]; the targets become ``(1 - epsilon) * onehot(y) + epsilon / V``.
 
     Returns:
-        0-d tensor in ``logits.dtype``: the mean over the kept positions (NaN if none, as in PyTorch).
+        0-d tensor in ``logits.dtype``: the mean over the kept positions.
+
+    Raises:
+        ValueError: besides wrong shapes, for targets on the CPU: a target outside ``[0, V)`` that
+            is not ``ignore_index``, or every target ignored (a mean over nothing, NaN in PyTorch).
     """
     where = "cross_entropy"
-    check_tensor(where, "logits", logits, ndim=(2, 3), floating=True)
+    check_tensor(where, "logits", logits, ndim=(2, 3), floating=True, nonempty=True)
     check_tensor(where, "targets", targets, dtype=torch.int64)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
@@ -83,10 +93,22 @@ def cross_entropy(
             f"got logits.shape={tuple(logits.shape)} and targets.shape={tuple(targets.shape)}"
         )
     label_smoothing = check_float(where, "label_smoothing", label_smoothing, minimum=0.0, maximum=1.0)
+    ignore_index = check_int(where, "ignore_index", ignore_index)
     V = logits.size(-1)
     logp = _log_softmax(logits.reshape(-1, V))  # (N, V)
     targets = targets.reshape(-1)  # (N,)
     keep = targets != ignore_index  # (N,) bool
+    if targets.device.type == "cpu" and not torch.compiler.is_compiling():  # reads values: CPU only
+        kept = targets[keep]
+        if kept.numel() == 0:
+            raise ValueError(f"{where}: every target equals ignore_index={ignore_index}, so the mean is over "
+                             "no positions (0/0); keep at least one target")
+        lo, hi = (int(v) for v in torch.aminmax(kept))
+        if lo < 0 or hi >= V:
+            bad = lo if lo < 0 else hi
+            hint = " (GPT marks ignored targets with -1: pass ignore_index=-1)" if bad == -1 else ""
+            raise ValueError(f"{where}: targets must hold ids in [0, {V}) or ignore_index={ignore_index}, "
+                             f"got the id {bad}{hint}")
     nll = -logp.gather(1, targets.masked_fill(~keep, 0)[:, None]).squeeze(1)  # (N,) -log p_y
     if label_smoothing > 0.0:
         nll = (1.0 - label_smoothing) * nll - label_smoothing * logp.mean(dim=-1)
@@ -267,13 +289,23 @@ def clip_grad_norm_(parameters, max_norm: float) -> Tensor:
     return total
 
 
+#: Upper bounds of :class:`TrainConfig`'s integers: far beyond any run, small enough to work.
+MAX_STEPS = 10**9
+MAX_BATCH_SIZE = 2**20
+MAX_EVAL_ITERS = 10**6
+
+
 @dataclass(frozen=True)
 class TrainConfig(JSONConfig):
     """The hyperparameters of :func:`train`, validated when built (a frozen dataclass).
 
+    Integers have an upper bound beyond any real run (``MAX_STEPS`` for the counts of steps,
+    ``MAX_BATCH_SIZE`` sequences per batch, ``MAX_EVAL_ITERS``), so that a typo fails here and not
+    deep inside PyTorch.
+
     Args:
-        max_steps: number of optimizer steps (>= 1); the cosine schedule ends here.
-        batch_size: sequences per batch (>= 1).
+        max_steps: number of optimizer steps, in [1, MAX_STEPS]; the cosine schedule ends here.
+        batch_size: sequences per batch, in [1, MAX_BATCH_SIZE].
         lr: peak learning rate (> 0).
         min_lr: final learning rate, in [0, lr].
         warmup_steps: linear warm-up steps, in [0, max_steps).
@@ -281,10 +313,12 @@ class TrainConfig(JSONConfig):
         betas: AdamW's ``(beta1, beta2)``, each in [0, 1); a list becomes a tuple.
         grad_clip: the largest gradient norm (> 0), or 0.0 for no clipping.
         eval_interval: evaluate every this many steps (>= 1), and at the end.
-        eval_iters: batches per split in each evaluation (>= 1).
+        eval_iters: batches per split in each evaluation, in [1, MAX_EVAL_ITERS].
         checkpoint_interval: write a checkpoint every this many steps (>= 1), and at the end.
-        seed: seed of the global RNG (fresh runs) and of the batch generators (>= 0).
-        device: where to train, e.g. ``"cpu"``, ``"cuda"`` or a ``torch.device`` (stored as a str).
+        seed: seed of the global RNG (fresh runs) and of the batch generators, in [0, 2**63 - 1].
+        device: where to train, e.g. ``"cpu"``, ``"cuda"`` or a ``torch.device`` (stored as a str);
+            not ``"meta"``, whose tensors hold no values. Whether it exists is checked by :func:`train`,
+            since a configuration may be written on another machine than the one that trains.
         precision: ``"float32"``, or ``"bfloat16"``: the training forward pass runs under
             ``torch.autocast`` (bfloat16); parameters, gradients, optimizer state and evaluations stay float32.
     """
@@ -310,10 +344,11 @@ class TrainConfig(JSONConfig):
         def put(name, value):  # a frozen dataclass is normalised through object.__setattr__
             object.__setattr__(self, name, value)
 
-        for name in ("max_steps", "batch_size", "eval_interval", "eval_iters", "checkpoint_interval"):
-            put(name, check_int(w, name, getattr(self, name), minimum=1))
-        for name in ("warmup_steps", "seed"):
-            put(name, check_int(w, name, getattr(self, name), minimum=0))
+        for name, top in (("max_steps", MAX_STEPS), ("batch_size", MAX_BATCH_SIZE), ("eval_interval", MAX_STEPS),
+                          ("eval_iters", MAX_EVAL_ITERS), ("checkpoint_interval", MAX_STEPS)):
+            put(name, check_int(w, name, getattr(self, name), minimum=1, maximum=top))
+        put("warmup_steps", check_int(w, "warmup_steps", self.warmup_steps, minimum=0, maximum=MAX_STEPS))
+        put("seed", check_int(w, "seed", self.seed, minimum=0, maximum=2**63 - 1))  # what manual_seed takes
         if self.warmup_steps >= self.max_steps:
             raise ValueError(f"{w}: warmup_steps must be < max_steps, got warmup_steps={self.warmup_steps} "
                              f"and max_steps={self.max_steps}")
@@ -323,7 +358,11 @@ class TrainConfig(JSONConfig):
         if self.min_lr > self.lr:
             raise ValueError(f"{w}: min_lr must be <= lr, got min_lr={self.min_lr:g} and lr={self.lr:g}")
         put("betas", _check_betas(w, self.betas))
-        put("device", str(check_device(w, "device", self.device)))
+        device = check_device(w, "device", self.device)
+        if device.type == "meta":
+            raise ValueError(f"{w}: device must hold data, got device='meta' (meta tensors have shapes but no "
+                             "values, so nothing can be trained on them)")
+        put("device", str(device))
         check_choice(w, "precision", self.precision, ("float32", "bfloat16"))
 
     @classmethod
@@ -344,6 +383,38 @@ TRAIN_PRESETS: dict[str, dict] = {
 }
 
 
+def _check_types(where: str, **args: tuple) -> None:
+    """Raise ``TypeError`` naming the first argument ``name=(value, type or types)`` of the wrong type."""
+    for name, (value, types) in args.items():
+        if not isinstance(value, types):
+            expected = " or ".join("None" if t is type(None) else t.__name__
+                                   for t in (types if isinstance(types, tuple) else (types,)))
+            raise TypeError(f"{where}: {name} must be a {expected}, got {type(value).__name__}")
+
+
+def _check_tokens(where: str, name: str, data, block_size: int, vocab_size: int | None) -> None:
+    """``data``: 1-D integer ids, more than ``block_size`` of them, in ``[0, vocab_size)`` (read on the CPU only)."""
+    check_tensor(where, name, data, ndim=1)
+    if data.dtype.is_floating_point or data.dtype.is_complex or data.dtype == torch.bool:
+        raise TypeError(f"{where}: {name} must hold integer token ids, got {name}.dtype={data.dtype}")
+    if len(data) <= block_size:
+        raise ValueError(f"{where}: {name} must hold more than block_size={block_size} tokens (an example takes "
+                         f"block_size + 1), got len({name})={len(data)}")
+    if vocab_size is not None and data.device.type == "cpu":
+        lo, hi = (int(v) for v in torch.aminmax(data))
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{where}: {name} must hold ids in [0, vocab_size={vocab_size}), "
+                             f"got the id {lo if lo < 0 else hi}")
+
+
+def _check_device_here(where: str, name: str, device) -> torch.device:
+    """``device`` as a ``torch.device`` that exists on this machine and holds data (not ``"meta"``)."""
+    device = check_device(where, name, device, available=True)
+    if device.type == "meta":
+        raise ValueError(f"{where}: {name} must hold data, got {name}='meta' (meta tensors have no values)")
+    return device
+
+
 @torch.no_grad()
 def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size: int, iters: int,
                   generator: torch.Generator, device: str | torch.device) -> float:
@@ -351,19 +422,24 @@ def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size
 
     Args:
         model: called as ``model(x, y) -> (logits, loss)``, e.g. a :class:`GPT`.
-        data: (N,) integer token ids.
-        block_size: tokens per example.
-        batch_size: examples per batch.
-        iters: number of batches (>= 1).
+        data: (N,) integer token ids, ``N > block_size``; with a ``model.config.vocab_size``, in
+            ``[0, vocab_size)`` (checked for data on the CPU), so that no target is out of range.
+        block_size: tokens per example (>= 1).
+        batch_size: examples per batch, in [1, MAX_BATCH_SIZE].
+        iters: number of batches, in [1, MAX_EVAL_ITERS].
         generator: the ``torch.Generator`` that draws the batches (the global RNG is not used).
-        device: where to put the batches.
+        device: where to put the batches: a device of this machine.
 
     Returns:
         The mean of the ``iters`` batch losses, a float.
     """
-    iters = check_int("estimate_loss", "iters", iters, minimum=1)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"estimate_loss: generator must be a torch.Generator, got {type(generator).__name__}")
+    w = "estimate_loss"
+    _check_types(w, model=(model, nn.Module), generator=(generator, torch.Generator))
+    block_size = check_int(w, "block_size", block_size, minimum=1)
+    batch_size = check_int(w, "batch_size", batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
+    iters = check_int(w, "iters", iters, minimum=1, maximum=MAX_EVAL_ITERS)
+    device = _check_device_here(w, "device", device)
+    _check_tokens(w, "data", data, block_size, getattr(getattr(model, "config", None), "vocab_size", None))
     losses = torch.zeros(iters)
     with eval_mode(model):
         for i in range(iters):
@@ -374,15 +450,6 @@ def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size
 
 #: The format marker that :func:`save_checkpoint` writes and :func:`load_checkpoint` requires.
 CHECKPOINT_FORMAT = "transformer_lib.checkpoint/1"
-
-
-def _check_types(where: str, **args: tuple) -> None:
-    """Raise ``TypeError`` naming the first argument ``name=(value, type or types)`` of the wrong type."""
-    for name, (value, types) in args.items():
-        if not isinstance(value, types):
-            expected = " or ".join("None" if t is type(None) else t.__name__
-                                   for t in (types if isinstance(types, tuple) else (types,)))
-            raise TypeError(f"{where}: {name} must be a {expected}, got {type(value).__name__}")
 
 
 def _rng_states(generator: torch.Generator) -> dict:
@@ -398,26 +465,48 @@ def _rng_states(generator: torch.Generator) -> dict:
     }
 
 
-def _set_rng_states(states: dict, generator: torch.Generator) -> None:
+def _set_rng_states(states: dict, generator: torch.Generator, *, dry_run: bool = False) -> None:
+    """Restore the states; with ``dry_run`` apply them to fresh generators instead, which raises what
+    a restore would raise and changes nothing."""
+    fresh = (torch.Generator(), np.random.RandomState(), random.Random())
+    torch_rng, numpy_rng, python_rng = fresh if dry_run else (torch.default_generator, np.random, random)
     generator.set_state(states["generator"])
-    torch.set_rng_state(states["torch"])
-    if states["cuda"] and torch.cuda.is_available():
+    torch_rng.set_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available() and not dry_run:
         torch.cuda.set_rng_state_all(states["cuda"])
     s = states["numpy"]
-    np.random.set_state((s["name"], np.array(s["keys"], dtype=np.uint32), s["pos"], s["has_gauss"],
+    numpy_rng.set_state((s["name"], np.array(s["keys"], dtype=np.uint32), s["pos"], s["has_gauss"],
                          s["cached_gaussian"]))
     s = states["python"]
-    random.setstate((s["version"], tuple(s["state"]), s["gauss_next"]))
+    python_rng.setstate((s["version"], tuple(s["state"]), s["gauss_next"]))
+
+
+def _plain(where: str, value, trail: str):
+    """``value`` with NumPy scalars and one-element 0-d tensors turned into Python numbers; anything
+    but None, bool, int, float, str, lists, tuples and dicts with str keys raises a TypeError."""
+    if isinstance(value, (np.generic, Tensor)) and np.ndim(value) == 0 and not isinstance(value, np.void):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(where, v, f"{trail}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(where, v, f"{trail}[{k!r}]") for k, v in value.items()}
+    got = "a dict with a key that is not a str" if isinstance(value, dict) else describe(value)
+    raise TypeError(f"{where}: {trail} must be a plain value (None, bool, int, float, str, or a list, tuple or "
+                    f"dict of them with str keys), got {got} ({type(value).__name__})")
 
 
 def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
                     model_config: GPTConfig, train_config: TrainConfig, generator: torch.Generator,
                     metrics: dict | None = None) -> None:
-    """Write a training checkpoint atomically (a temporary file, then ``os.replace``).
+    """Write a training checkpoint atomically (a temporary file, then ``os.replace``), with its SHA-256.
 
     The file holds one dict: ``format`` (``CHECKPOINT_FORMAT``), the ``model`` and ``optimizer``
     state dicts, ``step``, both configurations as dicts, ``rng`` (the global PyTorch, CUDA, NumPy
-    and Python states and ``generator``'s) and ``metrics``.
+    and Python states and ``generator``'s), ``metrics``, ``model_sha256`` (the
+    :func:`~transformer_lib.utils.tensor_sha256` of each model tensor) and ``sha256``, the
+    :func:`~transformer_lib.utils.state_sha256` of all the rest, which :func:`load_checkpoint` verifies.
 
     Args:
         path: the checkpoint file.
@@ -425,7 +514,13 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         step: the number of optimizer steps taken (>= 0).
         model_config, train_config: the :class:`GPTConfig` and the :class:`TrainConfig`.
         generator: the generator that draws the training batches.
-        metrics: optional dict of plain values (numbers, strings, lists, dicts).
+        metrics: optional dict of plain values: None, bools, numbers, strings, and lists, tuples and
+            dicts (with str keys) of them. NumPy scalars and 0-d tensors become Python numbers.
+
+    Raises:
+        TypeError: if an argument has the wrong type, ``metrics`` holds another kind of value (the
+            message gives its key), or the model's state dict holds something other than tensors.
+        ValueError: if ``step`` is negative.
     """
     w = "save_checkpoint"
     path = check_path(w, "path", path)
@@ -433,19 +528,162 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                  model_config=(model_config, GPTConfig), train_config=(train_config, TrainConfig),
                  generator=(generator, torch.Generator), metrics=(metrics, (dict, type(None))))
     step = check_int(w, "step", step, minimum=0)
-    checkpoint = {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+    metrics = _plain(w, {} if metrics is None else metrics, "metrics")
+    state = model.state_dict()
+    odd = next((k for k, v in state.items() if not isinstance(v, Tensor)), None)
+    if odd is not None:
+        raise TypeError(f"{w}: model.state_dict() must map names to tensors, got {type(state[odd]).__name__} "
+                        f"for {odd!r}")
+    checkpoint = {"format": CHECKPOINT_FORMAT, "model": state, "optimizer": optimizer.state_dict(),
                   "step": step, "model_config": model_config.to_dict(), "train_config": train_config.to_dict(),
-                  "rng": _rng_states(generator), "metrics": metrics if metrics is not None else {}}
+                  "rng": _rng_states(generator), "metrics": metrics,
+                  "model_sha256": {name: tensor_sha256(t) for name, t in state.items()}}
+    try:
+        checkpoint["sha256"] = state_sha256(checkpoint)
+    except TypeError as err:  # e.g. an optimizer whose state holds objects torch.load would refuse
+        raise TypeError(f"{w}: the checkpoint cannot be written: {err}") from None
     atomic_write(path, lambda f: torch.save(checkpoint, f))  # a temporary file, then os.replace
+
+
+def _invalid(path, what: str) -> ValueError:
+    return ValueError(f"load_checkpoint: {os.fspath(path)} is not a valid checkpoint: {what}")
+
+
+def _read_checkpoint(path) -> dict:
+    """The checkpoint dict of ``path``, its checksum verified and its structure validated; restores nothing."""
+    where, name = "load_checkpoint", os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            empty = not f.read(1)
+    except OSError as err:
+        raise type(err)(f"{where}: cannot read {name}: {err.strerror or err}") from None
+    if empty:
+        raise ValueError(f"{where}: {name} is empty (0 bytes), not a checkpoint")
+    try:
+        with warnings.catch_warnings():  # a damaged protocol byte makes torch.load warn before it fails
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # corrupt bytes make the unpickler fail in many ways (EOFError, OSError, struct.error, ...)
+        reason = (str(err).strip() or type(err).__name__).splitlines()[0][:200]
+        if isinstance(err, pickle.UnpicklingError):  # PyTorch's long message suggests weights_only=False
+            reason = "not a PyTorch file, or it holds objects other than tensors and plain Python values"
+        raise ValueError(f"{where}: {name} is not a transformer_lib checkpoint or corrupt "
+                         f"(torch.load with weights_only=True refused it: {type(err).__name__}: {reason})") from None
+    marker = checkpoint.get("format") if isinstance(checkpoint, dict) else None
+    if marker != CHECKPOINT_FORMAT:
+        found = "no format marker" if marker is None else f"format {marker!r}"
+        raise ValueError(f"{where}: {name} is not a transformer_lib checkpoint: expected format "
+                         f"{CHECKPOINT_FORMAT!r}, found {found}")
+    stored = checkpoint.get("sha256")
+    if not isinstance(stored, str):
+        raise ValueError(f"{where}: {name} has no checksum (the entry 'sha256' that save_checkpoint writes), "
+                         "so its content cannot be verified; a checkpoint saved again by hand has none")
+    try:
+        actual = state_sha256({k: v for k, v in checkpoint.items() if k != "sha256"})
+    except TypeError as err:
+        raise ValueError(f"{where}: {name} is corrupt: {err}") from None
+    if actual != stored:
+        recorded = checkpoint.get("model_sha256")
+        model = checkpoint.get("model")
+        changed = []
+        if isinstance(recorded, dict) and isinstance(model, dict):
+            changed = [k for k, t in model.items()
+                       if not isinstance(t, Tensor) or recorded.get(k) != tensor_sha256(t)]
+        hint = f"; the model tensors that differ from what was written: {changed}" if changed else ""
+        raise ValueError(f"{where}: {name} was modified or corrupted after it was written: checksum mismatch "
+                         f"(recorded sha256 {stored[:16]}..., content {actual[:16]}...){hint}")
+    _check_checkpoint(path, checkpoint)
+    return checkpoint
+
+
+def _check_checkpoint(path, c: dict) -> None:
+    """Raise a ValueError naming the key if the checkpoint dict ``c`` lacks an entry or holds a wrong one."""
+    missing = [k for k in ("model", "optimizer", "step", "model_config", "train_config", "rng", "metrics")
+               if k not in c]
+    if missing:
+        raise _invalid(path, f"it lacks the entries {missing}")
+    if not isinstance(c["model"], dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in c["model"].items()
+    ):
+        raise _invalid(path, "'model' must map parameter names to tensors")
+    opt = c["optimizer"]
+    if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)
+            and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in opt["param_groups"])):
+        raise _invalid(path, "'optimizer' must be an optimizer state dict (with 'state' and 'param_groups')")
+    if isinstance(c["step"], bool) or not isinstance(c["step"], int) or c["step"] < 0:
+        raise _invalid(path, f"'step' must be an int >= 0, got {describe(c['step'])}")
+    for key, cls in (("model_config", GPTConfig), ("train_config", TrainConfig)):
+        try:
+            cls.from_dict(c[key])
+        except (TypeError, ValueError) as err:
+            raise _invalid(path, f"{key!r} is not a valid {cls.__name__}: {err}") from None
+    rng = c["rng"]
+    try:
+        if not isinstance(rng["cuda"], list) or not all(isinstance(t, Tensor) for t in rng["cuda"]):
+            raise TypeError("'cuda' must be a list of tensors")
+        _set_rng_states(rng, torch.Generator(), dry_run=True)
+    except Exception as err:  # KeyError, TypeError, ValueError, RuntimeError: whatever the setters raise
+        raise _invalid(path, f"'rng' does not hold valid random states: {type(err).__name__}: {err}") from None
+    m = c["metrics"]
+    if not isinstance(m, dict) or not isinstance(m.get("history", []), list) or (
+        isinstance(m.get("elapsed"), bool) or not isinstance(m.get("elapsed", 0.0), (int, float))
+    ):
+        raise _invalid(path, "'metrics' must be a dict, with a list 'history' and a number 'elapsed' if present")
+
+
+def _check_fits(path, c: dict, model: nn.Module | None, optimizer: torch.optim.Optimizer | None) -> None:
+    """Raise a ValueError if the checkpoint's states do not fit ``model`` or ``optimizer``: names, shapes, groups."""
+    where, name = "load_checkpoint", os.fspath(path)
+    if model is not None:
+        want, have = model.state_dict(), c["model"]
+        missing, unexpected = sorted(want.keys() - have.keys()), sorted(have.keys() - want.keys())
+        shapes = {k: (tuple(have[k].shape), tuple(want[k].shape)) for k in want.keys() & have.keys()
+                  if have[k].shape != want[k].shape}
+        if missing or unexpected or shapes:
+            raise ValueError(f"{where}: the model state in {name} does not fit the model: missing {missing}, "
+                             f"unexpected {unexpected}, shapes (checkpoint, model) {dict(sorted(shapes.items()))}")
+    if optimizer is not None:
+        saved, groups = c["optimizer"]["param_groups"], optimizer.param_groups
+        if [len(g["params"]) for g in saved] != [len(g["params"]) for g in groups]:
+            raise ValueError(f"{where}: the optimizer state in {name} does not fit the optimizer: parameters per "
+                             f"group {[len(g['params']) for g in saved]}, the optimizer has "
+                             f"{[len(g['params']) for g in groups]}")
+        for g_saved, g in zip(saved, groups):
+            for key, p in zip(g_saved["params"], g["params"]):
+                state = c["optimizer"]["state"].get(key, {})
+                for k, v in (state.items() if isinstance(state, dict) else ()):
+                    if isinstance(v, Tensor) and v.ndim > 0 and v.shape != p.shape:
+                        raise ValueError(f"{where}: the optimizer state in {name} does not fit the optimizer: "
+                                         f"{k!r} of parameter {key} has shape {tuple(v.shape)}, the parameter "
+                                         f"{tuple(p.shape)}")
+
+
+def _restore(path, c: dict, model, optimizer, generator) -> None:
+    """Check that the states fit, then load them: a misfit leaves every object as it was."""
+    _check_fits(path, c, model, optimizer)
+    try:
+        if model is not None:
+            model.load_state_dict(c["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(c["optimizer"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"load_checkpoint: {os.fspath(path)} cannot be loaded: {err}") from None
+    if generator is not None:
+        _set_rng_states(c["rng"], generator)
 
 
 def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
                     generator: torch.Generator | None = None) -> dict:
-    """Read a :func:`save_checkpoint` file (on the CPU, ``weights_only=True``: no code runs) and restore what is given.
+    """Read a :func:`save_checkpoint` file, verify it, and restore what is given.
+
+    The file is read on the CPU with ``weights_only=True`` (no code in it runs); its SHA-256 is
+    recomputed and compared with the one recorded when it was written, then every entry is
+    validated, and only then does anything get restored: a refused file leaves ``model``,
+    ``optimizer``, ``generator`` and the global RNGs as they were.
 
     Args:
         path: the checkpoint file.
-        model: if given, receives the model state (strict).
+        model: if given, receives the model state (strict: same names and shapes).
         optimizer: if given, receives the optimizer state.
         generator: if given, receives its state, and the global RNGs (PyTorch, CUDA, NumPy, Python) theirs.
 
@@ -453,31 +691,18 @@ def load_checkpoint(path, *, model: nn.Module | None = None, optimizer: torch.op
         The checkpoint dict, as :func:`save_checkpoint` wrote it.
 
     Raises:
-        ValueError: if the file is corrupt, holds objects ``weights_only`` refuses, or lacks the format marker.
+        FileNotFoundError, IsADirectoryError: if ``path`` is not a file.
+        ValueError: naming the file, if it is empty, not a checkpoint, corrupt, holds objects
+            ``weights_only`` refuses, has no checksum or one that does not match its content (it
+            changed after it was written), lacks an entry or holds a wrong one, or does not fit
+            ``model`` or ``optimizer``.
     """
     path = check_path("load_checkpoint", "path", path, kind="file")
     _check_types("load_checkpoint", model=(model, (nn.Module, type(None))),
                  optimizer=(optimizer, (torch.optim.Optimizer, type(None))),
                  generator=(generator, (torch.Generator, type(None))))
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError) as err:
-        reason = (str(err).strip() or type(err).__name__).splitlines()[0]
-        if isinstance(err, pickle.UnpicklingError):  # PyTorch's long message suggests weights_only=False
-            reason = "not a PyTorch file, or it holds objects other than tensors and plain Python values"
-        raise ValueError(f"load_checkpoint: {os.fspath(path)} is not a transformer_lib checkpoint or corrupt "
-                         f"(torch.load with weights_only=True refused it: {reason})") from err
-    marker = checkpoint.get("format") if isinstance(checkpoint, dict) else None
-    if marker != CHECKPOINT_FORMAT:
-        found = "no format marker" if marker is None else f"format {marker!r}"
-        raise ValueError(f"load_checkpoint: {os.fspath(path)} is not a transformer_lib checkpoint: expected format "
-                         f"{CHECKPOINT_FORMAT!r}, found {found}")
-    if model is not None:
-        model.load_state_dict(checkpoint["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(checkpoint["optimizer"])
-    if generator is not None:
-        _set_rng_states(checkpoint["rng"], generator)
+    checkpoint = _read_checkpoint(path)
+    _restore(path, checkpoint, model, optimizer, generator)
     return checkpoint
 
 
@@ -505,10 +730,16 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     ``DistributedDataParallel``, every rank trains on its slice of the same global batch of
     ``batch_size * world_size`` sequences, and only rank 0 evaluates and writes files.
 
+    Everything is checked before the model moves: the arguments, the device (it must exist here),
+    the data, ``out_dir``, and with ``resume`` the checkpoint and its fit to the model. If the call
+    fails all the same (out of memory, an interruption, an exception from ``should_stop``), the
+    model goes back to the device and mode it came in; its weights are those of the last completed
+    step, the ones it came with if none completed.
+
     Args:
         model: the :class:`GPT`, moved to ``config.device``.
-        train_data: (N,) integer token ids to train on.
-        val_data: (M,) integer token ids to evaluate on.
+        train_data: (N,) integer token ids in ``[0, vocab_size)`` to train on, ``N > block_size``.
+        val_data: (M,) integer token ids in ``[0, vocab_size)`` to evaluate on, ``M > block_size``.
         config: the :class:`TrainConfig`.
         out_dir: directory for ``METRICS_FILE`` and ``CHECKPOINT_FILE`` (created if needed); None writes nothing.
         resume: continue from ``out_dir/CHECKPOINT_FILE`` (model, optimizer, step, RNG states).
@@ -522,39 +753,70 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         One record ``{"step", "loss", "lr"}`` per optimizer step since step 0, resumed ones included.
 
     Raises:
-        ValueError: if the checkpoint to resume was written for another model configuration.
+        TypeError: if an argument has the wrong type.
+        ValueError: if ``config.device`` does not exist here, the model is on the meta device, the
+            data are too short or hold ids outside the vocabulary, or the checkpoint to resume is
+            refused by :func:`load_checkpoint` or was written for another model configuration.
         FileNotFoundError: if ``resume`` is set and the checkpoint does not exist.
+        OSError: if ``out_dir`` is a file or cannot be created.
     """
     w = "train"
     _check_types(w, model=(model, GPT), config=(config, TrainConfig))
-    check_tensor(w, "train_data", train_data, ndim=1)
-    check_tensor(w, "val_data", val_data, ndim=1)
     resume, progress = check_bool(w, "resume", resume), check_bool(w, "progress", progress)
     if should_stop is not None and not callable(should_stop):
         raise TypeError(f"{w}: should_stop must be a callable returning bool, or None, got {type(should_stop).__name__}")
     end = config.max_steps if stop_at is None else check_int(w, "stop_at", stop_at, minimum=1, maximum=config.max_steps)
     if resume and out_dir is None:
         raise ValueError(f"{w}: resume=True needs out_dir, the directory holding {CHECKPOINT_FILE}")
+    _check_device_here(w, "config.device", config.device)
+    home = {t.device for t in itertools.chain(model.parameters(), model.buffers())}
+    if any(d.type == "meta" for d in home):
+        raise ValueError(f"{w}: model is on the meta device, whose tensors hold no values to train; "
+                         "build it on a real device")
+    for name, data in (("train_data", train_data), ("val_data", val_data)):
+        _check_tokens(w, name, data, model.config.block_size, model.config.vocab_size)
     ddp = dist.is_available() and dist.is_initialized()  # a process group, as under torchrun
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
-    writer = rank == 0 and out_dir is not None  # only rank 0 writes files
     if out_dir is not None:
         out_dir = check_path(w, "out_dir", out_dir)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise NotADirectoryError(f"{w}: out_dir must be a directory, got the file {os.fspath(out_dir)}")
         if rank == 0:
-            out_dir.mkdir(parents=True, exist_ok=True)
-    block_size, c = model.config.block_size, config
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise type(err)(f"{w}: out_dir {os.fspath(out_dir)} cannot be created: "
+                                f"{err.strerror or err}") from None
+    checkpoint = None
+    if resume:
+        path = out_dir / CHECKPOINT_FILE
+        checkpoint = load_checkpoint(path)  # verified and validated; restores nothing yet
+        if checkpoint["model_config"] != model.config.to_dict():
+            raise ValueError(f"{w}: {path} was written for "
+                             f"model_config={checkpoint['model_config']}, not {model.config.to_dict()}")
+        _check_fits(path, checkpoint, model, None)
+    was_training = model.training
+    try:
+        return _train_loop(model, train_data, val_data, config, out_dir=out_dir, checkpoint=checkpoint, end=end,
+                           progress=progress, should_stop=should_stop, rank=rank, world=world)
+    except BaseException:
+        with contextlib.suppress(Exception):  # put the model back where it was; the failure is what counts
+            if len(home) == 1:
+                model.to(next(iter(home)))
+            model.train(was_training)
+        raise
 
+
+def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig, *, out_dir, checkpoint,
+                end: int, progress: bool, should_stop, rank: int, world: int) -> list[dict]:
+    """The loop of :func:`train`, on validated arguments."""
+    writer = rank == 0 and out_dir is not None  # only rank 0 writes files
+    block_size = model.config.block_size
     model.to(c.device).train()
     optimizer = fused_adamw(weight_decay_groups(model, c.weight_decay), lr=c.lr, betas=c.betas)
     generator = torch.Generator().manual_seed(c.seed)
-    if resume:
-        checkpoint = load_checkpoint(out_dir / CHECKPOINT_FILE)  # validate before restoring anything
-        if checkpoint["model_config"] != model.config.to_dict():
-            raise ValueError(f"{w}: {out_dir / CHECKPOINT_FILE} was written for "
-                             f"model_config={checkpoint['model_config']}, not {model.config.to_dict()}")
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        _set_rng_states(checkpoint["rng"], generator)
+    if checkpoint is not None:
+        _restore(out_dir / CHECKPOINT_FILE, checkpoint, model, optimizer, generator)
         start, history = checkpoint["step"], list(checkpoint["metrics"].get("history", []))
         elapsed0 = checkpoint["metrics"].get("elapsed", 0.0)
     else:

@@ -1,0 +1,66 @@
+"""Unit tests for transformer_lib._checks (chapter 1): the checks added for issue 11 (dtype/device of
+a module's input, devices of this machine, files to write)."""
+
+import pytest
+import torch
+
+from transformer_lib._checks import check_device, check_like, check_path
+
+
+def test_check_like_accepts_the_reference_dtype_and_device():
+    w = torch.zeros(3, 3)
+    x = torch.ones(2, 3)
+    assert check_like("f", "x", x, w) is x
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_check_like_refuses_another_floating_dtype(dtype):
+    with pytest.raises(TypeError, match=rf"f: x must have dtype float32 \(that of the module's parameters\), "
+                                        rf"got x.dtype={dtype}; convert it with x.to\(torch.float32\) or the module"):
+        check_like("f", "x", torch.ones(2, 3, dtype=dtype), torch.zeros(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_check_like_refuses_integers_even_under_autocast(dtype):
+    x = torch.ones(2, 3, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"f: x must have dtype float32 .*got x.dtype={dtype}"):
+        check_like("f", "x", x, torch.zeros(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match="f: x must have dtype"):
+        check_like("f", "x", x, torch.zeros(3))
+
+
+def test_check_like_accepts_another_float_dtype_under_autocast():
+    x = torch.ones(2, 3, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert check_like("f", "x", x, torch.zeros(3)) is x
+
+
+def test_check_like_refuses_another_device_and_non_tensors():
+    with pytest.raises(ValueError, match=r"f: x must be on the device of the weights, cpu, got x.device=meta"):
+        check_like("f", "x", torch.ones(2, device="meta"), torch.zeros(2), what="the weights")
+    with pytest.raises(TypeError, match="f: x must be a tensor, got list"):
+        check_like("f", "x", [1.0, 2.0], torch.zeros(2))
+
+
+def test_check_device_available():
+    assert check_device("f", "device", "cpu", available=True) == torch.device("cpu")
+    assert check_device("f", "device", "meta", available=True) == torch.device("meta")
+    assert check_device("f", "device", "cuda:7") == torch.device("cuda:7")  # only the name is checked
+    if torch.cuda.device_count() < 8:
+        with pytest.raises(ValueError, match=r"f: device must be a device of this machine, got device='cuda:7'"):
+            check_device("f", "device", "cuda:7", available=True)
+    with pytest.raises(ValueError, match="f: device must name a device such as 'cpu' or 'cuda', got device='banana'"):
+        check_device("f", "device", "banana", available=True)
+    with pytest.raises(TypeError, match="f: device must be a str or torch.device, got int"):
+        check_device("f", "device", 0)
+
+
+def test_check_path_output(tmp_path):
+    assert check_path("f", "path", tmp_path / "new.json", kind="output") == tmp_path / "new.json"
+    with pytest.raises(IsADirectoryError, match="f: path must be a file, got the directory"):
+        check_path("f", "path", tmp_path, kind="output")
+    with pytest.raises(FileNotFoundError, match="f: path: no such directory: .*missing"):
+        check_path("f", "path", tmp_path / "missing" / "new.json", kind="output")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="f: path: .*file is a file, not the directory"):
+        check_path("f", "path", tmp_path / "file" / "new.json", kind="output")

@@ -1,0 +1,177 @@
+"""Unit tests for transformer_lib.pretrained (chapter 10): the shipped model, its pinned files, load_book_model."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import transformer_lib
+from transformer_lib import pretrained
+from transformer_lib.config import GPTConfig
+from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, sha256sum, train_val_split
+from transformer_lib.evaluate import evaluate_split
+from transformer_lib.gpt import GPT
+from transformer_lib.pretrained import (
+    BOOK_MODELS, BRANCH, MODELS_PATH, REPOSITORY_URL, book_model_dir, book_model_url, load_book_model,
+)
+from transformer_lib.training import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "shakespeare-baby"
+SHIPPED = ROOT / MODELS_PATH / NAME
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped model and tokenizer, read from the checkout once."""
+    return load_book_model(NAME)
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A copy of the shipped model's directory."""
+    target = tmp_path / NAME
+    shutil.copytree(SHIPPED, target)
+    return target
+
+
+def test_top_level():
+    assert transformer_lib.load_book_model is load_book_model
+
+
+def test_repository_is_the_books():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    assert (REPOSITORY_URL, BRANCH) == (config["url"].rstrip("/"), config["branch"])
+    assert book_model_url(NAME, "config.json") == (
+        "https://raw.githubusercontent.com/transformers-from-scratch/transformers-from-scratch/main/"
+        "book/models/shakespeare-baby/config.json")
+
+
+@pytest.mark.parametrize("name", sorted(BOOK_MODELS))
+def test_committed_files_match_the_pins(name):
+    directory = ROOT / MODELS_PATH / name
+    assert sorted(p.name for p in directory.iterdir()) == sorted(BOOK_MODELS[name])
+    for filename, digest in BOOK_MODELS[name].items():
+        assert sha256sum(directory / filename) == digest, filename
+
+
+def test_provenance_describes_the_shipped_files():
+    provenance = json.loads((SHIPPED / "provenance.json").read_text(encoding="utf-8"))
+    assert provenance["files_sha256"] == {k: v for k, v in BOOK_MODELS[NAME].items() if k != "provenance.json"}
+    assert provenance["steps"] == 6000 and provenance["init_seed"] == 0
+    # Chapter 10's recipe; only the step count, the logging intervals and the device are set.
+    assert TrainConfig.from_dict(provenance["train_config"]) == TrainConfig.from_preset(
+        "shakespeare-baby", max_steps=6000, eval_interval=750, checkpoint_interval=6000, eval_iters=10,
+        device="cpu", precision="float32")
+    assert 1.0 < provenance["whole_validation_loss"] < 1.72  # it meets chapter 10's target
+
+
+def test_loads_from_the_checkout(shipped):
+    model, tok = shipped
+    assert book_model_dir(NAME) == SHIPPED.resolve()
+    assert isinstance(model, GPT) and not model.training
+    assert model.config == GPTConfig.from_preset("baby", vocab_size=65)
+    assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in model.parameters())
+    assert model.lm_head.weight is model.wte.weight  # tied, as GPT builds it
+    assert isinstance(tok, CharTokenizer) and tok.vocab_size == 65
+    assert tok.chars == CharTokenizer.from_text(load_tiny_shakespeare()).chars
+
+
+def test_loads_from_an_explicit_path(shipped, copy):
+    model, tok = load_book_model(NAME, path=copy)
+    assert book_model_dir(NAME, path=copy) == copy
+    reference = shipped[0].state_dict()
+    assert all(torch.equal(t, reference[k]) for k, t in model.state_dict().items())
+    assert tok.chars == shipped[1].chars
+
+
+@pytest.mark.parametrize("filename", sorted(BOOK_MODELS[NAME]))
+def test_a_modified_file_is_refused(copy, filename):
+    file = copy / filename
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit, in the tensors' bytes for the weights
+    file.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=rf"load_book_model: .*{filename} is not the shipped file.*SHA-256"):
+        load_book_model(NAME, path=copy)
+
+
+def test_a_missing_file_is_refused(copy):
+    (copy / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"load_book_model: .*tokenizer.json is missing"):
+        load_book_model(NAME, path=copy)
+
+
+@pytest.mark.parametrize("name, error", [("shakespeare-large", ValueError), ("", ValueError), (3, TypeError)])
+def test_an_unknown_name_is_refused(name, error):
+    with pytest.raises(error, match="load_book_model: name"):
+        load_book_model(name)
+
+
+def test_bad_path_and_device(tmp_path):
+    with pytest.raises(FileNotFoundError, match="load_book_model: path"):
+        load_book_model(NAME, path=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="load_book_model: device"):
+        load_book_model(NAME, device="cuda:99")
+
+
+def test_reads_the_data_directory_without_a_checkout(tmp_path, monkeypatch, shipped):
+    monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
+    data = tmp_path / "data"
+    shutil.copytree(SHIPPED, data / "models" / NAME)
+    monkeypatch.setenv("TRANSFORMER_LIB_DATA", str(data))
+    assert book_model_dir(NAME) == data / "models" / NAME
+    assert torch.equal(load_book_model(NAME)[0].wte.weight, shipped[0].wte.weight)
+
+
+def test_a_data_directory_without_the_model_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
+    monkeypatch.setenv("TRANSFORMER_LIB_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"load_book_model: .*TRANSFORMER_LIB_DATA/models/shakespeare-baby/"):
+        load_book_model(NAME)
+
+
+def test_downloads_once_into_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
+    monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
+    monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: (SHIPPED / filename).as_uri())
+    assert book_model_dir(NAME) == tmp_path / "cache" / "models" / NAME
+    assert sorted(p.name for p in (tmp_path / "cache" / "models" / NAME).iterdir()) == sorted(BOOK_MODELS[NAME])
+    # The second time the cache is read: a download would fail now.
+    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: "http://127.0.0.1:9/unreachable")
+    load_book_model(NAME)
+
+
+def test_a_download_of_another_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
+    monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
+    monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: (SHIPPED / "config.json").as_uri())
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_book_model(NAME)
+
+
+def test_offline_without_a_copy_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
+    monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
+    monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: "http://127.0.0.1:9/unreachable")
+    with pytest.raises(ConnectionError, match=r"load_book_model: .*could not be downloaded.*offline.*path="):
+        load_book_model(NAME)
+
+
+@pytest.mark.slow  # the whole validation split: 15 s on a busy 2-core machine
+def test_logits_are_finite_and_the_loss_is_the_recorded_one(shipped):
+    model, tok = shipped
+    text = load_tiny_shakespeare()
+    _, val_data = train_val_split(torch.tensor(tok.encode(text), dtype=torch.long), 0.1)
+    with torch.no_grad():
+        logits = model(val_data[:4 * 64].view(4, 64))[0]
+    assert logits.shape == (4, 64, 65) and torch.isfinite(logits).all()
+    provenance = json.loads((SHIPPED / "provenance.json").read_text(encoding="utf-8"))
+    loss = evaluate_split(model, val_data, block_size=64)
+    assert math.isclose(loss, provenance["whole_validation_loss"], abs_tol=1e-4)
