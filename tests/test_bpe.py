@@ -39,6 +39,19 @@ def tok():
     return ByteBPETokenizer.train(CORPUS, 400, special_tokens=[EOT])
 
 
+def merge_pair(seq, pair, new_id):
+    """``seq`` with every non-overlapping occurrence of ``pair``, left to right, replaced by ``new_id``."""
+    out, i = [], 0
+    while i < len(seq):
+        if i + 1 < len(seq) and (seq[i], seq[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(seq[i])
+            i += 1
+    return out
+
+
 def naive_train(text, n_merges):
     """The definition: recount every pair of every chunk at every step; ties to the smaller ids."""
     chunks = Counter(pretokenize(text))
@@ -59,15 +72,7 @@ def naive_train(text, n_merges):
         vocab[new_id] = merged
         merges.append((vocab[pair[0]], vocab[pair[1]]))
         for c, s in seqs.items():
-            out, i = [], 0
-            while i < len(s):
-                if i + 1 < len(s) and (s[i], s[i + 1]) == pair:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(s[i])
-                    i += 1
-            seqs[c] = out
+            seqs[c] = merge_pair(s, pair, new_id)
     return merges
 
 
@@ -125,15 +130,7 @@ def replay(text, tok):
     for left, right in tok.merges:
         a, b, new_id = tok.vocab[left], tok.vocab[right], tok.vocab[left + right]
         for c, s in seqs.items():
-            out, i = [], 0
-            while i < len(s):
-                if i + 1 < len(s) and (s[i], s[i + 1]) == (a, b):
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(s[i])
-                    i += 1
-            seqs[c] = out
+            seqs[c] = merge_pair(s, (a, b), new_id)
     return seqs
 
 
