@@ -46,11 +46,18 @@ def describe(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _number(x) -> str:
+    """An int exactly (1048576, not 1.04858e+06), a float briefly."""
+    return str(int(x)) if isinstance(x, Integral) else f"{x:g}"
+
+
 def _bounds(minimum, maximum, min_open: bool = False, max_open: bool = False) -> str:
-    low = None if minimum is None else f"{'>' if min_open else '>='} {minimum:g}"
-    high = None if maximum is None else f"{'<' if max_open else '<='} {maximum:g}"
+    lo = None if minimum is None else _number(minimum)
+    hi = None if maximum is None else _number(maximum)
+    low = None if minimum is None else f"{'>' if min_open else '>='} {lo}"
+    high = None if maximum is None else f"{'<' if max_open else '<='} {hi}"
     if low and high:
-        return f" in {'(' if min_open else '['}{minimum:g}, {maximum:g}{')' if max_open else ']'}"
+        return f" in {'(' if min_open else '['}{lo}, {hi}{')' if max_open else ']'}"
     return f" {low or high}" if (low or high) else ""
 
 
