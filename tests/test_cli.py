@@ -33,7 +33,8 @@ from transformer_lib.cli import (
     main,
 )
 from transformer_lib.config import GPTConfig
-from transformer_lib.data import CharTokenizer
+from transformer_lib.data import CharTokenizer, train_val_split
+from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
 from transformer_lib.training import (
     CHECKPOINT_FILE,
@@ -358,6 +359,7 @@ TINY = [*TRAIN, "--preset", "tiny"]
 CONFIG = [*TRAIN, "--config", "{tmp}/c.json"]
 RESUME = ["train", "--data", "{data}", "--out", "{run}", "--resume", "--no-progress", "--device", "cpu"]
 GENERATE = ["generate", "--checkpoint", "{run}", "--prompt", "To be", "--max-new-tokens", "5", "--device", "cpu"]
+EVALUATE = ["evaluate", "--checkpoint", "{run}", "--data", "{data}", "--device", "cpu"]
 
 
 def write(name: str, content: str | bytes):
@@ -549,6 +551,20 @@ CASES = {
     "tokenizer.json empty object": Case(GENERATE, 1, TOKENIZER_FILE, write(f"run/{TOKENIZER_FILE}", "{}")),
     "tokenizer.json of another model": Case(GENERATE, 1, TOKENIZER_FILE,
                                             lambda tmp: CharTokenizer("ab").save(tmp / "run" / TOKENIZER_FILE)),
+    # evaluate: its own flags, its --data, and the run directory it shares with generate
+    "evaluate without --data": Case(["evaluate", "--checkpoint", "{run}"], 2, "--data"),
+    "evaluate --batch-size 0": Case([*EVALUATE, "--batch-size", "0"], 2, "--batch-size"),
+    "evaluate --batch-size 2**63": Case([*EVALUATE, "--batch-size", str(2**63)], 2, "--batch-size"),
+    "evaluate --device banana": Case([*EVALUATE, "--device", "banana"], 2, "--device"),
+    "evaluate --data missing": Case([*EVALUATE[:3], "--data", "{tmp}/missing.txt"], 1, "missing.txt"),
+    "evaluate --data not UTF-8": Case([*EVALUATE[:3], "--data", "{tmp}/l1.txt"], 1, "UTF-8",
+                                      write("l1.txt", "d\u00e9j\u00e0 vu".encode("latin-1"))),
+    "evaluate --data unknown characters": Case([*EVALUATE[:3], "--data", "{tmp}/fr.txt"], 1, "--data",
+                                               write("fr.txt", "\u00e7a " * 40)),
+    "evaluate --data too short": Case([*EVALUATE[:3], "--data", "{tmp}/short.txt"], 1, "at least 20",
+                                      write("short.txt", "To be")),
+    "evaluate --checkpoint missing": Case([*EVALUATE, "--checkpoint", "{tmp}/nowhere"], 1, "nowhere"),
+    "evaluate ckpt.pt flipped byte": Case(EVALUATE, 1, CHECKPOINT_FILE, ckpt_bytes(flip_middle)),
 }
 # A handful also run as real processes: no traceback escapes at the interpreter level either.
 IN_A_PROCESS = ["--data missing", "--seed 2**63", "--device meta", "--out under a file", "ckpt.pt without model",
@@ -582,8 +598,8 @@ def test_bad_invocation_in_process(case, tmp_path, _finished_run_template, capsy
     status, out, err = run_main(capsys, *argv)
     _assert_one_line_error(status, err, case.fragment, expected=case.status, out=out)
     assert not (tmp_path / "new").exists()  # nothing written before every check has passed
-    if case.argv[:1] == ["generate"]:
-        assert out == ""  # the checks come before the prompt is printed
+    if case.argv[:1] in (["generate"], ["evaluate"]):
+        assert out == ""  # the checks come before anything is printed
 
 
 @pytest.mark.subprocess
@@ -602,6 +618,23 @@ def test_the_table_covers_every_flag():
     tested = {arg for case in map(_case, CASES) for arg in case.argv if arg.startswith("--")}
     assert flags <= tested, flags - tested
     assert len(CASES) >= 50 and {c.status for c in map(_case, CASES)} == {1, 2}
+
+
+def test_evaluate_prints_the_loss_of_the_whole_validation_split(finished_run, data_file, capsys):
+    status, out, err = run_main(capsys, *[a.replace("{run}", str(finished_run)).replace("{data}", str(data_file))
+                                          for a in EVALUATE])
+    assert status == 0 and err == "", err
+    name, value = out.split()
+    checkpoint = load_checkpoint(finished_run / CHECKPOINT_FILE)
+    model = GPT(GPTConfig.from_dict(checkpoint["model_config"]))
+    model.load_state_dict(checkpoint["model"])
+    ids = torch.tensor(CharTokenizer.from_text(TEXT).encode(TEXT))
+    expected = evaluate_split(model, train_val_split(ids, 0.1)[1], block_size=model.config.block_size)
+    assert name == "val_loss" and value == f"{expected:.4f}", (out, expected)
+    # the batch size changes the speed, not the number
+    status, out_one, _ = run_main(capsys, "evaluate", "--checkpoint", finished_run, "--data", data_file,
+                                  "--device", "cpu", "--batch-size", "1")
+    assert status == 0 and out_one == out
 
 
 # ---------------------------------------------------------------- what the checks cannot foresee

@@ -20,6 +20,7 @@ __all__ = [
     "train_command",
     "main",
     "generate_command",
+    "evaluate_command",
 ]
 
 import argparse
@@ -41,6 +42,7 @@ import torch.distributed as dist
 from transformer_lib._checks import check_device, check_float, check_int, describe
 from transformer_lib.config import GPT_PRESETS, GPTConfig, gpt_param_count
 from transformer_lib.data import CharTokenizer, train_val_split
+from transformer_lib.evaluate import evaluate_split
 from transformer_lib.generation import generate
 from transformer_lib.gpt import GPT
 from transformer_lib.training import (
@@ -167,6 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda if available, else cpu)")
     g.set_defaults(handler=generate_command, command_prog=g.prog)
+
+    e = commands.add_parser(
+        "evaluate", help="score a trained model on the validation split of a text",
+        description="Load the model and tokenizer of a run directory written by train and print its mean "
+        "cross-entropy over every position of the validation split of PATH (its last 10 %%, split as "
+        "train splits it), as one line: val_loss <value>.", epilog=_EPILOG,
+    )
+    e.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory written by train")
+    e.add_argument("--data", required=True, metavar="PATH", help="the text whose last 10 %% is scored, UTF-8")
+    e.add_argument("--batch-size", type=int, default=64, metavar="N",
+                   help="windows per forward pass; changes the speed, not the result (default: 64)")
+    e.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda if available, else cpu)")
+    e.set_defaults(handler=evaluate_command, command_prog=e.prog)
     return parser
 
 
@@ -755,4 +770,41 @@ def generate_command(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):
             print(flush=True)  # end the line of text before the shell's prompt
         raise
+    return 0
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    """Run ``transformer_lib evaluate``: print ``val_loss <value>`` for the model of ``args.checkpoint``.
+
+    The value is the mean cross-entropy (nats per token) over every position of the validation split
+    of ``args.data``: its last 10 % of token ids, as ``train`` splits it.
+
+    Args:
+        args: the namespace from :func:`build_parser` for the ``evaluate`` command.
+
+    Returns:
+        0.
+
+    Raises:
+        UsageError: for a --batch-size out of range or an unknown device.
+        CLIError: for an unreadable, empty or too short ``--data``, a character the run's tokenizer
+            does not know, a missing, corrupt or incomplete run directory, or a device this machine lacks.
+    """
+    _check_int_flag("--batch-size", args.batch_size, 1)
+    device = _available(_device_flag(args.device))
+    data_path = Path(args.data)
+    text, _ = _read_text(data_path)
+    model, tokenizer = _load_run(Path(args.checkpoint), device)
+    try:
+        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    except ValueError as err:
+        raise CLIError(f"--data: {data_path}: {_one_line(err)}") from None
+    if len(ids) < 20:  # a validation split of at least 2 ids: one prediction
+        raise CLIError(f"--data: {data_path} has {len(ids)} characters; evaluate needs at least 20 "
+                       f"(its last 10 % must hold two)")
+    _, val_data = train_val_split(ids, 0.1)
+    with _stage("evaluating"):
+        loss = evaluate_split(model, val_data, block_size=model.config.block_size,
+                              batch_size=args.batch_size, device=device)
+    print(f"val_loss {loss:.4f}", flush=True)
     return 0
