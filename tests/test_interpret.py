@@ -261,3 +261,24 @@ def test_pca_bad_inputs():
         pca(x, 0)
     with pytest.raises(ValueError, match="pca: x has no variance"):
         pca(torch.ones(4, 3), 1)
+
+
+def test_trace_of_the_shipped_model():
+    """On the book's trained model: the trace is the model's forward pass, and the previous-character
+    head that Chapter 14 finds is there (over 0.8 of its weight on the previous character)."""
+    from transformer_lib.pretrained import load_book_model
+
+    model, tok = load_book_model()
+    line = "GREMIO:\nGood morrow, neighbour Baptista.\n\nBAPTISTA:\nGood morrow,"
+    assert len(line) == model.config.block_size
+    idx = torch.tensor([tok.encode(line)])
+    tr = trace(model, idx)
+    with torch.no_grad():
+        ref, _ = model(idx)
+    assert torch.equal(tr.logits, ref)
+    torch.testing.assert_close(tr.attn.sum(-1), torch.ones_like(tr.attn.sum(-1)), atol=1e-5, rtol=0)
+    prev = tr.attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))  # (n_layer, n_head)
+    layer, head = divmod(int(prev.argmax()), model.config.n_head)
+    assert layer == 0 and prev[layer, head] > 0.8, prev
+    entropy = attention_entropy(tr.attn[layer, :, head])
+    assert entropy.mean() < 0.5  # e^H close to one key
