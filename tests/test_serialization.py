@@ -459,3 +459,20 @@ def test_foreign_config(saved):
     GPTConfig.from_preset("tiny", n_layer=1).to_json(directory / CONFIG_NAME)
     with pytest.raises(ValueError, match="config.json and .*model.safetensors come from different models"):
         load_pretrained_state(directory)
+
+
+def test_save_is_reproducible_with_sorted_metadata(tmp_path):
+    """The safetensors library orders the metadata by a hash map that changes from call to call;
+    save_pretrained sorts it, so saving the same model again gives the same bytes."""
+    model = make_model()
+    files = []
+    for i in range(4):
+        save_pretrained(model, tmp_path / str(i), metadata={k: k.upper() for k in "zyxwvu"})
+        files.append((tmp_path / str(i) / WEIGHTS_NAME).read_bytes())
+    assert all(f == files[0] for f in files[1:])
+    (n,) = struct.unpack("<Q", files[0][:8])
+    assert n % 8 == 0
+    metadata = json.loads(files[0][8:8 + n])["__metadata__"]
+    assert list(metadata) == sorted(metadata) and metadata["z"] == "Z"
+    with safetensors.safe_open(tmp_path / "0" / WEIGHTS_NAME, framework="pt") as f:
+        assert f.metadata() == metadata

@@ -18,6 +18,7 @@ __all__ = [
 
 import json
 import os
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -82,6 +83,21 @@ def _tied_groups(state: Mapping[str, Tensor]) -> list[list[str]]:
     return list(groups.values())
 
 
+def _sort_metadata(data: bytes) -> bytes:
+    """The safetensors file ``data`` with its metadata entries in sorted key order.
+
+    The safetensors library keeps the metadata in a hash map whose order changes from one call to
+    the next, so the same model would give different bytes each time; sorting makes a save
+    reproducible. The tensors' entries and bytes are unchanged.
+    """
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    head += b" " * (-len(head) % 8)  # the data part starts 8-byte aligned, as the library writes it
+    return struct.pack("<Q", len(head)) + head + data[8 + n:]
+
+
 def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
                     metadata: Mapping[str, str] | None = None) -> None:
     """Save a GPT as ``model.safetensors`` (weights) and ``config.json`` (configuration).
@@ -94,7 +110,8 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
     object that maps each stored tensor's name to its :func:`~transformer_lib.utils.tensor_sha256`
     (dtype, shape and bytes) and ``"__metadata__"`` to the
     :func:`~transformer_lib.utils.state_sha256` of all the other metadata entries, which
-    :func:`load_pretrained_state` verifies. Both files are written atomically
+    :func:`load_pretrained_state` verifies. The metadata entries are written in sorted key order,
+    so saving the same model with the same metadata gives the same bytes. Both files are written atomically
     (:func:`~transformer_lib.utils.atomic_write`), so an interrupted save leaves the previous files
     intact.
 
@@ -141,7 +158,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
     digests = {name: tensor_sha256(t) for name, t in tensors.items()}
     meta["sha256"] = json.dumps({**digests, "__metadata__": state_sha256(meta)}, sort_keys=True)
     directory.mkdir(parents=True, exist_ok=True)
-    data = safetensors.torch.save(tensors, metadata=meta)
+    data = _sort_metadata(safetensors.torch.save(tensors, metadata=meta))
     atomic_write(directory / WEIGHTS_NAME, lambda f: f.write(data))
     model.config.to_json(directory / CONFIG_NAME)  # atomic as well (Chapter 1's JSONConfig)
 
