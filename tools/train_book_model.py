@@ -7,8 +7,10 @@ GPT; chapter 10 gives it a 100-second budget, which decides the number of steps 
 2-core CPU in float32, the recipe's cap of 6,000 where bfloat16 is fast). The shipped model is
 trained for a fixed number of steps instead (default: the cap), in float32 on the CPU, with the
 weights initialised from ``torch.manual_seed(0)`` as in chapter 10 and the batches drawn from the
-recipe's ``seed``, so that the same command reproduces it (bit for bit on the same machine, PyTorch
-version and number of threads; up to float rounding elsewhere). The directory receives
+recipe's ``seed``, so that the same command reproduces its weights (bit for bit on the same machine,
+PyTorch version and number of threads; up to float rounding elsewhere). The shipped
+``model.safetensors`` was written before ``save_pretrained`` sorted the header's metadata keys, so a
+retrained file holds the same tensors under a header in another order, and another SHA-256. The directory receives
 ``model.safetensors`` and ``config.json`` (``GPT.save_pretrained``), ``tokenizer.json``
 (``CharTokenizer.save``) and ``provenance.json`` (how it was made, its whole-validation loss, the
 SHA-256 of the other three files). The script prints the ``BOOK_MODELS`` entry to paste into
