@@ -39,6 +39,7 @@ from transformer_lib.training import (
     train,
     weight_decay_groups,
 )
+from transformer_lib.training import _eval_seed
 from transformer_lib.utils import state_sha256, tensor_sha256
 
 # float32: a loss of a few nats has an ulp of 4.8e-7; float64: a few ulp at most.
@@ -326,7 +327,7 @@ def test_clip_grad_norm_single_tensor_and_no_grads():
     (dict(device="gpu7"), ValueError, "device"),
     (dict(device="meta"), ValueError, "device must hold data"),
     (dict(precision="float16"), ValueError, "precision"),
-    (dict(seed=2**63), ValueError, r"seed must be an int in \[0, 9.22337e\+18\]"),
+    (dict(seed=2**63), ValueError, r"seed must be an int in \[0, 9223372036854775807\]"),
     (dict(seed=10**30), ValueError, "seed"),
     (dict(max_steps=MAX_STEPS + 1), ValueError, "max_steps"),
     (dict(max_steps=10**30, warmup_steps=5), ValueError, "max_steps"),
@@ -704,6 +705,24 @@ def test_train_writes_metrics_and_checkpoint(tmp_path):
     assert lines[-1]["val_loss"] < lines[0]["val_loss"]
     assert load_checkpoint(tmp_path / CHECKPOINT_FILE)["step"] == 10
     assert model.training  # train leaves the model in training mode
+
+
+def test_train_evaluates_on_batches_independent_of_the_training_stream(tmp_path):
+    # The evaluation generator is not seeded like the training batches (config.seed), so the
+    # training estimate does not score the first eval_iters training batches.
+    config = small_config(max_steps=4, eval_interval=4, eval_iters=3)
+    torch.manual_seed(0)
+    initial = GPT(TINY)
+    train(copy.deepcopy(initial), DATA[:2500], DATA[2500:], config, out_dir=tmp_path, progress=False)
+    step0 = json.loads((tmp_path / METRICS_FILE).read_text().splitlines()[0])
+
+    def estimate(seed):
+        return estimate_loss(initial, DATA[:2500], block_size=TINY.block_size, batch_size=config.batch_size,
+                             iters=config.eval_iters, generator=torch.Generator().manual_seed(seed), device="cpu")
+
+    assert abs(step0["train_loss"] - estimate(_eval_seed(config.seed))) <= 1e-6
+    assert abs(step0["train_loss"] - estimate(config.seed)) > 1e-4  # the first training batches' loss
+    assert all(_eval_seed(s) != s and 0 <= _eval_seed(s) < 2**63 for s in (0, 1337, 2**63 - 1))
 
 
 @pytest.mark.parametrize("kw,exc,match", [

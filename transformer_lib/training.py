@@ -415,6 +415,12 @@ def _check_device_here(where: str, name: str, device) -> torch.device:
     return device
 
 
+def _eval_seed(seed: int) -> int:
+    """The seed of :func:`train`'s evaluation batches: another stream than the training batches' (``seed``),
+    so that the training estimate does not score the first training batches."""
+    return (seed + 1) % 2**63
+
+
 @torch.no_grad()
 def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size: int, iters: int,
                   generator: torch.Generator, device: str | torch.device) -> float:
@@ -834,7 +840,7 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
     def evaluate(step: int, lr: float) -> None:
         losses = {}
         for split, data in (("train", train_data), ("val", val_data)):
-            g = torch.Generator().manual_seed(c.seed)  # the same batches at every evaluation
+            g = torch.Generator().manual_seed(_eval_seed(c.seed))  # the same batches at every evaluation
             losses[split] = estimate_loss(model, data, block_size=block_size, batch_size=c.batch_size,
                                           iters=c.eval_iters, generator=g, device=c.device)
         record = {"step": step, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
