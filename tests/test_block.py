@@ -372,15 +372,15 @@ def torch_layer(norm_first, activation, bias, dtype, seed=0, dropout=0.0):
 
 
 CAUSAL = causal_mask(T)  # True = may attend
-KEY_PADDING = ~padding_mask([T, 4], T)  # True = padding
+KEY_MASK = padding_mask([T, 4], T)  # ours: True = real token; torch's src_key_padding_mask is ~KEY_MASK
 MASKS = {
     "none": ({}, {}),
     "causal": ({"is_causal": True}, {"src_mask": ~CAUSAL, "is_causal": True}),
     "bool attn_mask": ({"attn_mask": CAUSAL}, {"src_mask": ~CAUSAL}),
-    "padding": ({"key_padding_mask": KEY_PADDING}, {"src_key_padding_mask": KEY_PADDING}),
+    "padding": ({"key_mask": KEY_MASK}, {"src_key_padding_mask": ~KEY_MASK}),
     "padding + causal": (
-        {"key_padding_mask": KEY_PADDING, "is_causal": True},
-        {"src_mask": ~CAUSAL, "src_key_padding_mask": KEY_PADDING, "is_causal": True},
+        {"key_mask": KEY_MASK, "is_causal": True},
+        {"src_mask": ~CAUSAL, "src_key_padding_mask": ~KEY_MASK, "is_causal": True},
     ),
 }
 
@@ -444,8 +444,8 @@ def test_block_gradients_match_autograd_through_torch_layer(norm_first):
     assert set(ours_p) == set(names) and set(torch_p) == set(names.values())
     x = randn(B, T, D, seed=1, requires_grad=True)
     up = randn(B, T, D, seed=2)
-    loss_ours = (block(x, is_causal=True, key_padding_mask=KEY_PADDING) * up).sum()
-    loss_ref = (layer(x, src_mask=~CAUSAL, src_key_padding_mask=KEY_PADDING, is_causal=True) * up).sum()
+    loss_ours = (block(x, is_causal=True, key_mask=KEY_MASK) * up).sum()
+    loss_ref = (layer(x, src_mask=~CAUSAL, src_key_padding_mask=~KEY_MASK, is_causal=True) * up).sum()
     keys = list(names)
     g_ours = torch.autograd.grad(loss_ours, [x] + [ours_p[k] for k in keys])
     g_ref = torch.autograd.grad(loss_ref, [x] + [torch_p[names[k]] for k in keys])
@@ -564,8 +564,10 @@ def test_block_forward_names_a_wrong_width_or_an_empty_input():
     for shape in [(0, T, D), (B, 0, D)]:
         with pytest.raises(ValueError, match=r"TransformerBlock.forward: x must not be empty"):
             block(torch.randn(shape))
-    with pytest.raises(RuntimeError):  # a mask's shape is left to PyTorch's kernels
-        block(torch.randn(B, T, D), key_padding_mask=torch.zeros(B, T + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_mask must have shape \(B, S\) = \(2, 7\)"):
+        block(torch.randn(B, T, D), key_mask=torch.ones(B, T + 1, dtype=torch.bool))
+    with pytest.raises(RuntimeError):  # attn_mask's shape is left to PyTorch's kernels
+        block(torch.randn(B, T, D), attn_mask=torch.ones(T, T + 1, dtype=torch.bool))
     mask = torch.zeros(T, T)
     mask[0, 0] = float("inf")
     with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: attn_mask must hold finite numbers or -inf"):
@@ -577,10 +579,10 @@ def test_block_is_traceable_by_torch_export(norm_first):
     layer = torch_layer(norm_first, "gelu", True, torch.float32)
     block = TransformerBlock.from_torch(layer)
     x = randn(B, T, D, dtype=torch.float32, seed=1)
-    exported = torch.export.export(block, (x,), {"key_padding_mask": KEY_PADDING, "is_causal": True})
-    out = exported.module()(x, key_padding_mask=KEY_PADDING, is_causal=True)
-    torch.testing.assert_close(out, block(x, key_padding_mask=KEY_PADDING, is_causal=True), rtol=0, atol=0)
-    torch.testing.assert_close(out, layer(x, src_mask=~CAUSAL, src_key_padding_mask=KEY_PADDING, is_causal=True),
+    exported = torch.export.export(block, (x,), {"key_mask": KEY_MASK, "is_causal": True})
+    out = exported.module()(x, key_mask=KEY_MASK, is_causal=True)
+    torch.testing.assert_close(out, block(x, key_mask=KEY_MASK, is_causal=True), rtol=0, atol=0)
+    torch.testing.assert_close(out, layer(x, src_mask=~CAUSAL, src_key_padding_mask=~KEY_MASK, is_causal=True),
                                rtol=0, atol=ATOL[torch.float32])
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for transformer_lib.config (chapter 6): GPTConfig, GPT_PRESETS, gpt_param_count, Seq2SeqConfig."""
+"""Unit tests for transformer_lib.config (chapters 6 and 11): GPTConfig, GPT_PRESETS, gpt_param_count, Seq2SeqConfig."""
 
 import dataclasses
 import json

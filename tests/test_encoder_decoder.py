@@ -1,4 +1,4 @@
-"""Unit tests for transformer_lib.encoder_decoder (chapter 6), against PyTorch's nn.Transformer.
+"""Unit tests for transformer_lib.encoder_decoder (chapter 11), against PyTorch's nn.Transformer.
 
 Seq2SeqConfig (transformer_lib.config) is tested in test_config.py; decoding in test_encoder_decoder_decoding.py."""
 
@@ -25,8 +25,8 @@ def ids(shape, vocab, seed=0):
 # ---------------------------------------------------------------- encoder, decoder, nn.Transformer
 
 B, S, T, D = 2, 7, 5, 32
-SRC_KPM = ~padding_mask([7, 4], S)
-TGT_KPM = ~padding_mask([5, 3], T)
+SRC_KEYS = padding_mask([7, 4], S)  # key masks, True at real tokens; torch's key_padding_mask is ~SRC_KEYS
+TGT_KEYS = padding_mask([5, 3], T)
 
 
 def make_transformer(dtype, norm_first=False, activation="relu", bias=True, seed=0):
@@ -54,11 +54,11 @@ def test_encoder_decoder_match_nn_transformer(dtype, norm_first, activation, bia
     src = torch.randn(B, S, D, generator=torch.Generator().manual_seed(1), dtype=dtype)
     tgt = torch.randn(B, T, D, generator=torch.Generator().manual_seed(2), dtype=dtype)
     with torch.no_grad():
-        ref = tr(src, tgt, tgt_mask=~causal_mask(T), src_key_padding_mask=SRC_KPM, tgt_key_padding_mask=TGT_KPM,
-                 memory_key_padding_mask=SRC_KPM, tgt_is_causal=True)
-        memory = encoder(src, src_key_padding_mask=SRC_KPM)
-        out = decoder(tgt, memory, tgt_key_padding_mask=TGT_KPM, memory_key_padding_mask=SRC_KPM, tgt_is_causal=True)
-        torch.testing.assert_close(memory, tr.encoder(src, src_key_padding_mask=SRC_KPM), rtol=0, atol=ATOL[dtype])
+        ref = tr(src, tgt, tgt_mask=~causal_mask(T), src_key_padding_mask=~SRC_KEYS, tgt_key_padding_mask=~TGT_KEYS,
+                 memory_key_padding_mask=~SRC_KEYS, tgt_is_causal=True)
+        memory = encoder(src, src_key_mask=SRC_KEYS)
+        out = decoder(tgt, memory, tgt_key_mask=TGT_KEYS, memory_key_mask=SRC_KEYS, tgt_is_causal=True)
+        torch.testing.assert_close(memory, tr.encoder(src, src_key_padding_mask=~SRC_KEYS), rtol=0, atol=ATOL[dtype])
     torch.testing.assert_close(out, ref, rtol=0, atol=ATOL[dtype])
 
 
@@ -90,10 +90,10 @@ def test_decoder_block_from_torch(dtype, norm_first):
     memory_mask = torch.rand(T, S, generator=torch.Generator().manual_seed(3)) > 0.3
     memory_mask[:, 0] = True  # every query keeps at least one key
     with torch.no_grad():
-        ours = block(x, memory, memory_mask=memory_mask, tgt_key_padding_mask=TGT_KPM,
-                     memory_key_padding_mask=SRC_KPM, tgt_is_causal=True)
-        ref = layer(x, memory, tgt_mask=~causal_mask(T), memory_mask=~memory_mask, tgt_key_padding_mask=TGT_KPM,
-                    memory_key_padding_mask=SRC_KPM)
+        ours = block(x, memory, memory_mask=memory_mask, tgt_key_mask=TGT_KEYS,
+                     memory_key_mask=SRC_KEYS, tgt_is_causal=True)
+        ref = layer(x, memory, tgt_mask=~causal_mask(T), memory_mask=~memory_mask, tgt_key_padding_mask=~TGT_KEYS,
+                    memory_key_padding_mask=~SRC_KEYS)
     torch.testing.assert_close(ours, ref, rtol=0, atol=ATOL[dtype])
 
 
@@ -157,10 +157,10 @@ def test_encoder_decoder_forward_and_tying():
     assert model.generator.weight is model.tgt_embed.weight
     assert model.src_embed.weight is not model.tgt_embed.weight
     src, tgt = ids((B, S), 11), ids((B, T), 13, seed=1)
-    memory = model.encode(src, SRC_KPM)
-    logits = model.decode(tgt, memory, TGT_KPM, SRC_KPM)
+    memory = model.encode(src, SRC_KEYS)
+    logits = model.decode(tgt, memory, TGT_KEYS, SRC_KEYS)
     assert memory.shape == (B, S, 32) and logits.shape == (B, T, 13)
-    assert torch.equal(logits, model(src, tgt, SRC_KPM, TGT_KPM))
+    assert torch.equal(logits, model(src, tgt, SRC_KEYS, TGT_KEYS))
     untied = EncoderDecoder(Seq2SeqConfig(**SMALL, tie_embeddings=False))
     n = lambda m: sum(p.numel() for p in m.parameters())
     assert n(untied) - n(model) == 13 * 32
@@ -173,9 +173,9 @@ def test_encoder_decoder_equals_its_parts():
     scale = math.sqrt(32)
     x = model.src_embed(src) * scale + model.pos.pe[:S]
     y = model.tgt_embed(tgt) * scale + model.pos.pe[:T]
-    memory = model.encoder(x, src_key_padding_mask=SRC_KPM)
-    expected = model.generator(model.decoder(y, memory, tgt_mask=causal_mask(T), memory_key_padding_mask=SRC_KPM))
-    torch.testing.assert_close(model(src, tgt, SRC_KPM), expected, rtol=0, atol=1e-6)
+    memory = model.encoder(x, src_key_mask=SRC_KEYS)
+    expected = model.generator(model.decoder(y, memory, tgt_mask=causal_mask(T), memory_key_mask=SRC_KEYS))
+    torch.testing.assert_close(model(src, tgt, SRC_KEYS), expected, rtol=0, atol=1e-6)
 
 
 def test_encoder_decoder_target_is_causal_and_padding_is_ignored():
@@ -183,13 +183,13 @@ def test_encoder_decoder_target_is_causal_and_padding_is_ignored():
     model = EncoderDecoder(Seq2SeqConfig(**SMALL)).eval()
     src, tgt = ids((B, S), 11), ids((B, T), 13, seed=1)
     with torch.no_grad():
-        base = model(src, tgt, SRC_KPM)
+        base = model(src, tgt, SRC_KEYS)
         tgt2 = tgt.clone()
         tgt2[:, 3] = (tgt2[:, 3] + 1) % 13
-        assert torch.equal(base[:, :3], model(src, tgt2, SRC_KPM)[:, :3])
+        assert torch.equal(base[:, :3], model(src, tgt2, SRC_KEYS)[:, :3])
         src2 = src.clone()
         src2[1, 4:] = (src2[1, 4:] + 1) % 11  # padded positions of sequence 1
-        torch.testing.assert_close(model(src2, tgt, SRC_KPM), base, rtol=0, atol=1e-6)
+        torch.testing.assert_close(model(src2, tgt, SRC_KEYS), base, rtol=0, atol=1e-6)
 
 
 def test_encoder_decoder_errors():
@@ -227,14 +227,14 @@ def test_encoder_decoder_refuses_inputs_of_another_dtype_device_or_shape():
         model.decode(tgt, memory[..., :16])
     with pytest.raises(ValueError, match="EncoderDecoder.encode: src must be on the model's device cpu, got src.device=meta"):
         model.encode(src.to("meta"))
-    with pytest.raises(ValueError, match=r"EncoderDecoder.encode: src_key_padding_mask must have shape \(2, 7\)"):
-        model.encode(src, SRC_KPM[:, :5])
-    with pytest.raises(TypeError, match=r"EncoderDecoder.encode: src_key_padding_mask must have dtype bool"):
-        model.encode(src, SRC_KPM.float())
-    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: memory_key_padding_mask must have shape \(2, 7\)"):
-        model.decode(tgt, memory, memory_key_padding_mask=TGT_KPM)
-    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: tgt_key_padding_mask must have shape \(2, 5\)"):
-        model(src, tgt, SRC_KPM, SRC_KPM)
+    with pytest.raises(ValueError, match=r"EncoderDecoder.encode: src_key_mask must have shape \(2, 7\)"):
+        model.encode(src, SRC_KEYS[:, :5])
+    with pytest.raises(TypeError, match=r"EncoderDecoder.encode: src_key_mask must have dtype bool"):
+        model.encode(src, SRC_KEYS.float())
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: memory_key_mask must have shape \(2, 7\)"):
+        model.decode(tgt, memory, memory_key_mask=TGT_KEYS)
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: tgt_key_mask must have shape \(2, 5\)"):
+        model(src, tgt, SRC_KEYS, SRC_KEYS)
 
 
 @pytest.mark.parametrize("make, args", [

@@ -71,12 +71,12 @@ def test_decoding_restores_training_mode_after_an_error():
 def test_beam_size_one_is_greedy():
     for seed in range(3):
         model, src = tiny_model(seed, tgt_vocab_size=8), random_src(B=16, seed=seed)
-        mask = torch.zeros_like(src, dtype=torch.bool)
-        mask[::2, -2:] = True  # some padded sources
-        src = src.masked_fill(mask, PAD)
-        greedy = greedy_decode(model, src, max_len=7, bos_id=BOS, eos_id=EOS, src_key_padding_mask=mask)
+        mask = torch.ones_like(src, dtype=torch.bool)
+        mask[::2, -2:] = False  # some padded sources
+        src = src.masked_fill(~mask, PAD)
+        greedy = greedy_decode(model, src, max_len=7, bos_id=BOS, eos_id=EOS, src_key_mask=mask)
         beam, _ = beam_search(model, src, beam_size=1, max_len=7, bos_id=BOS, eos_id=EOS, length_penalty=0.0,
-                              src_key_padding_mask=mask)
+                              src_key_mask=mask)
         assert torch.equal(greedy, beam)
 
 
@@ -145,10 +145,10 @@ def test_decode_errors():
         greedy_decode(model, src, max_len=3, bos_id=BOS, eos_id=BOS)
     with pytest.raises(ValueError, match="must be distinct"):
         greedy_decode(model, src, max_len=3, bos_id=PAD, eos_id=EOS)
-    with pytest.raises(ValueError, match="src_key_padding_mask must have shape"):
-        greedy_decode(model, src, max_len=3, bos_id=BOS, eos_id=EOS, src_key_padding_mask=src[:, :2] == PAD)
-    with pytest.raises(TypeError, match="src_key_padding_mask must have dtype bool"):
-        greedy_decode(model, src, max_len=3, bos_id=BOS, eos_id=EOS, src_key_padding_mask=src.float())
+    with pytest.raises(ValueError, match="greedy_decode: src_key_mask must have shape"):
+        greedy_decode(model, src, max_len=3, bos_id=BOS, eos_id=EOS, src_key_mask=src[:, :2] != PAD)
+    with pytest.raises(TypeError, match="greedy_decode: src_key_mask must have dtype bool"):
+        greedy_decode(model, src, max_len=3, bos_id=BOS, eos_id=EOS, src_key_mask=src.float())
     # beam_search shares these checks and adds its own
     with pytest.raises(ValueError, match="beam_search: max_len"):
         beam_search(model, src, beam_size=2, max_len=0, bos_id=BOS, eos_id=EOS)

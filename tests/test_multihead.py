@@ -41,8 +41,8 @@ def random_allowed(*shape, seed=2):
     return mask
 
 
-KPM_L = ~padding_mask([L, 3])  # True at padding, (B, L)
-KPM_S = ~padding_mask([S, 4])  # True at padding, (B, S)
+KM_L = padding_mask([L, 3])  # key_mask: True at real tokens, (B, L); torch's key_padding_mask is ~KM_L
+KM_S = padding_mask([S, 4])  # True at real tokens, (B, S)
 
 
 def assert_close(a, b, dtype, atol=None):
@@ -143,14 +143,15 @@ def test_constructor_error_names_d_model_and_n_head_when_they_do_not_divide():
 # ---------------------------------------------------------------- against nn.MultiheadAttention
 
 # Each mode: (kwargs for ours, kwargs for torch, cross-attention?). torch's boolean attn_mask is
-# True = masked, ours True = may attend; torch's 3-D mask is (B * h, L, S), ours (B, L, S).
+# True = masked, ours True = may attend; torch's key_padding_mask is True at padding, our key_mask
+# True at real tokens; torch's 3-D mask is (B * h, L, S), ours (B, L, S).
 _ALLOWED = random_allowed(L, L)
 _ALLOWED_B = random_allowed(B, L, L, seed=3)
 _ALLOWED_BH = random_allowed(B, N_HEAD, L, S, seed=4)
 _FLOAT = torch.randn(L, L, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 MODES = {
     "self": (dict(), dict(), False),
-    "key_padding_mask": (dict(key_padding_mask=KPM_L), dict(key_padding_mask=KPM_L), False),
+    "key_mask": (dict(key_mask=KM_L), dict(key_padding_mask=~KM_L), False),
     "bool attn_mask (L, S)": (dict(attn_mask=_ALLOWED), dict(attn_mask=~_ALLOWED), False),
     "bool attn_mask (B, L, S)": (
         dict(attn_mask=_ALLOWED_B),
@@ -159,9 +160,9 @@ MODES = {
     ),
     "float attn_mask": (dict(attn_mask=_FLOAT), dict(attn_mask=_FLOAT), False),
     "causal": (dict(is_causal=True), dict(attn_mask=~causal_mask(L), is_causal=True), False),
-    "causal + key_padding_mask": (
-        dict(is_causal=True, key_padding_mask=KPM_L),
-        dict(attn_mask=~causal_mask(L), key_padding_mask=KPM_L),
+    "causal + key_mask": (
+        dict(is_causal=True, key_mask=KM_L),
+        dict(attn_mask=~causal_mask(L), key_padding_mask=~KM_L),
         False,
     ),
     "causal + float attn_mask": (
@@ -170,7 +171,7 @@ MODES = {
         False,
     ),
     "cross": (dict(), dict(), True),
-    "cross + key_padding_mask": (dict(key_padding_mask=KPM_S), dict(key_padding_mask=KPM_S), True),
+    "cross + key_mask": (dict(key_mask=KM_S), dict(key_padding_mask=~KM_S), True),
     "cross + per-head attn_mask (B, h, L, S)": (
         dict(attn_mask=_ALLOWED_BH),
         dict(attn_mask=~_ALLOWED_BH.flatten(0, 1)),
@@ -208,13 +209,13 @@ def test_output_matches_torch(mode, dtype, bias):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cross_attention_with_separate_key_and_value_matches_torch(dtype):
-    (out, _), (out_ref, _) = run_both("cross + key_padding_mask", dtype, True, separate_kv=True, need_weights=False)
+    (out, _), (out_ref, _) = run_both("cross + key_mask", dtype, True, separate_kv=True, need_weights=False)
     assert_close(out, out_ref, dtype)
 
 
 @pytest.mark.parametrize("average", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mode", ["causal + key_padding_mask", "cross + key_padding_mask", "bool attn_mask (B, L, S)"])
+@pytest.mark.parametrize("mode", ["causal + key_mask", "cross + key_mask", "bool attn_mask (B, L, S)"])
 def test_weights_match_torch(mode, dtype, average):
     (out, w), (out_ref, w_ref) = run_both(mode, dtype, True, need_weights=True, average_attn_weights=average)
     n_keys = S if MODES[mode][2] else L
@@ -224,7 +225,7 @@ def test_weights_match_torch(mode, dtype, average):
     torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)), rtol=0, atol=ATOL[dtype] * 10)
 
 
-@pytest.mark.parametrize("mode", ["causal + key_padding_mask", "cross + key_padding_mask"])
+@pytest.mark.parametrize("mode", ["causal + key_mask", "cross + key_mask"])
 def test_gradients_match_autograd_through_torch(mode):
     ours, ref = make_pair(torch.float64)
     query, key, value = make_inputs(torch.float64, requires_grad=True)
@@ -267,13 +268,13 @@ def test_self_attention_path_equals_cross_attention_path_on_the_same_values():
     assert_close(self_out, cross_out, torch.float64)
 
 
-def test_float_key_padding_mask_equals_boolean():
+def test_float_key_mask_equals_boolean():
     ours, _ = make_pair(torch.float64)
     query, _, _ = make_inputs(torch.float64)
-    additive = torch.zeros(B, L, dtype=torch.float64).masked_fill(KPM_L, float("-inf"))
+    additive = torch.zeros(B, L, dtype=torch.float64).masked_fill(~KM_L, float("-inf"))  # 0 at real tokens
     for need_weights in (False, True):
-        out_bool, _ = ours(query, key_padding_mask=KPM_L, attn_mask=_ALLOWED, need_weights=need_weights)
-        out_float, _ = ours(query, key_padding_mask=additive, attn_mask=_ALLOWED, need_weights=need_weights)
+        out_bool, _ = ours(query, key_mask=KM_L, attn_mask=_ALLOWED, need_weights=need_weights)
+        out_float, _ = ours(query, key_mask=additive, attn_mask=_ALLOWED, need_weights=need_weights)
         assert_close(out_bool, out_float, torch.float64)
 
 
@@ -325,9 +326,9 @@ def test_dropout_in_training_matches_torch_with_the_same_seed():
         ours.train(), ref.train()
         query, _, _ = make_inputs(torch.float64)
         torch.manual_seed(42)
-        out, w = ours(query, key_padding_mask=KPM_L, need_weights=need_weights)
+        out, w = ours(query, key_mask=KM_L, need_weights=need_weights)
         torch.manual_seed(42)
-        out_ref, w_ref = ref(query, query, query, key_padding_mask=KPM_L, need_weights=need_weights)
+        out_ref, w_ref = ref(query, query, query, key_padding_mask=~KM_L, need_weights=need_weights)
         assert_close(out, out_ref, torch.float64)
         if need_weights:  # the weights after dropout: zeros and 1 / (1 - p) rescaled entries
             assert_close(w, w_ref, torch.float64)
@@ -395,9 +396,12 @@ def test_forward_with_a_wrong_width_names_the_argument(need_weights):
     with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: value must have the \(B, S\) of key, "
                                          r"got key.shape=\(2, 7, 12\) and value.shape=\(2, 6, 12\)"):
         m(torch.zeros(B, L, D_MODEL), torch.zeros(B, S, D_MODEL), torch.zeros(B, S - 1, D_MODEL), need_weights=need_weights)
-    # The mask's shape is left to PyTorch's kernels (or chapter 2's attention_weights): never silent.
+    # key_mask's shape is checked (metadata); attn_mask's is left to PyTorch's kernels: never silent.
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_mask must have shape \(B, S\) = \(2, 5\) "
+                                         r".*got key_mask.shape=\(2, 6\)"):
+        m(torch.zeros(B, L, D_MODEL), key_mask=torch.ones(B, L + 1, dtype=torch.bool), need_weights=need_weights)
     with pytest.raises((RuntimeError, ValueError)):
-        m(torch.zeros(B, L, D_MODEL), key_padding_mask=torch.zeros(B, L + 1, dtype=torch.bool), need_weights=need_weights)
+        m(torch.zeros(B, L, D_MODEL), attn_mask=torch.ones(L, L + 1, dtype=torch.bool), need_weights=need_weights)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int64])
@@ -441,14 +445,17 @@ def test_forward_refuses_inf_and_nan_in_float_masks(bad, need_weights):
         m(x, attn_mask=mask, need_weights=need_weights)
     kpm = torch.zeros(B, L)
     kpm[1, 4] = bad
-    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_padding_mask must hold finite numbers"):
-        m(x, key_padding_mask=kpm, need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_mask must hold finite numbers"):
+        m(x, key_mask=kpm, need_weights=need_weights)
+    with pytest.raises(TypeError, match=r"MultiHeadAttention.forward: key_mask must be a bool or floating tensor, "
+                                        r"got key_mask.dtype=torch.int64"):
+        m(x, key_mask=torch.ones(B, L, dtype=torch.long), need_weights=need_weights)
     with pytest.raises(TypeError, match=r"MultiHeadAttention.forward: attn_mask must be a bool or floating tensor, "
                                         r"got attn_mask.dtype=torch.int64"):
         m(x, attn_mask=torch.ones(L, L, dtype=torch.long), need_weights=need_weights)
-    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_padding_mask must be on the device of query, "
-                                         r"cpu, got key_padding_mask.device=meta"):
-        m(x, key_padding_mask=torch.zeros(B, L, dtype=torch.bool, device="meta"), need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_mask must be on the device of query, "
+                                         r"cpu, got key_mask.device=meta"):
+        m(x, key_mask=torch.ones(B, L, dtype=torch.bool, device="meta"), need_weights=need_weights)
 
 
 def test_float_mask_of_minus_inf_rows_gives_zero_output_not_nan():
@@ -496,7 +503,7 @@ def test_forward_uses_split_heads_and_merge_heads(monkeypatch, cross):
 def test_forward_is_traceable_by_torch_export():
     ours, _ = make_pair(torch.float32)
     query, key, _ = make_inputs(torch.float32)
-    kwargs = {"key_padding_mask": KPM_S, "attn_mask": _ALLOWED_BH}
+    kwargs = {"key_mask": KM_S, "attn_mask": _ALLOWED_BH}
     exported = torch.export.export(ours, (query, key), kwargs)
     torch.testing.assert_close(exported.module()(query, key, **kwargs)[0], ours(query, key, **kwargs)[0], rtol=0, atol=0)
 
@@ -527,12 +534,12 @@ def test_kv_cache_with_an_attn_mask_and_key_padding_over_all_positions(concat_ca
     T = 11
     x = torch.randn(B, T, D_MODEL, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     allowed = random_allowed(T, T)
-    kpm = torch.zeros(B, T, dtype=torch.bool)
-    kpm[1, 2] = True  # sequence 1 ignores its position 2 (never the first key, so no row is empty)
-    whole, _ = m(x, attn_mask=allowed, key_padding_mask=kpm, is_causal=True)
+    keys = torch.ones(B, T, dtype=torch.bool)
+    keys[1, 2] = False  # sequence 1 ignores its position 2 (never the first key, so no row is empty)
+    whole, _ = m(x, attn_mask=allowed, key_mask=keys, is_causal=True)
     cache = concat_cache()
     for a, b in PIECES:
-        out, _ = m(x[:, a:b], attn_mask=allowed[a:b, :b], key_padding_mask=kpm[:, :b], is_causal=True, kv_cache=cache)
+        out, _ = m(x[:, a:b], attn_mask=allowed[a:b, :b], key_mask=keys[:, :b], is_causal=True, kv_cache=cache)
         assert_close(out, whole[:, a:b], torch.float64)
 
 
@@ -588,8 +595,8 @@ def test_bfloat16_with_a_padding_mask_still_matches_float32():
     mha32, _ = make_pair(torch.float32)
     x = make_inputs(torch.float32)[0]
     pad = padding_mask([L, 3], L)
-    ref = mha32(x, key_padding_mask=pad, is_causal=True)[0]
-    out = mha32.to(torch.bfloat16)(x.to(torch.bfloat16), key_padding_mask=pad, is_causal=True)[0]
+    ref = mha32(x, key_mask=pad, is_causal=True)[0]
+    out = mha32.to(torch.bfloat16)(x.to(torch.bfloat16), key_mask=pad, is_causal=True)[0]
     torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)
 
 

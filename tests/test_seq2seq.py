@@ -161,7 +161,7 @@ def test_padding_does_not_change_the_logits():
     model = tiny_model()
     src, tgt_in, _ = make_batch([[3, 4, 5, 6, 7], [8, 3]], [[3, 4, 5, 3], [5]], pad_id=PAD, bos_id=BOS, eos_id=EOS)
     with torch.no_grad():
-        batched = model(src, tgt_in, src == PAD, tgt_in == PAD)[1, :2]
+        batched = model(src, tgt_in, src != PAD, tgt_in != PAD)[1, :2]
         alone = model(src[1:, :2], tgt_in[1:, :2])[0]
     torch.testing.assert_close(batched, alone, atol=1e-12, rtol=0)
 

@@ -246,9 +246,11 @@ def padding_mask(
     *,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """Boolean key-padding mask for a batch of sequences padded at the end.
+    """Boolean key mask for a batch of sequences padded at the end: True at real tokens.
 
-    Broadcast it over the queries before use: ``mask[:, None, :]`` against (B, L, S) scores,
+    This is the ``key_mask`` that the library's attention modules take (Hugging Face's
+    ``attention_mask``; PyTorch's modules take its negation as ``key_padding_mask``). Broadcast
+    it over the queries before use: ``mask[:, None, :]`` against (B, L, S) scores,
     ``mask[:, None, None, :]`` against (B, h, L, S) scores. Combine it with a causal mask with
     ``&``, for example ``mask[:, None, :] & causal_mask(L, S)``.
 

@@ -429,7 +429,7 @@ class TransformerBlock(nn.Module):
         x: Tensor,
         *,
         attn_mask: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
         is_causal: bool = False,
         kv_cache=None,
     ) -> Tensor:
@@ -440,8 +440,8 @@ class TransformerBlock(nn.Module):
             attn_mask: optional mask of shape (T, T), (B, T, T) or (B, h, T, T). Boolean: True where
                 a query may attend to a key (as ``F.scaled_dot_product_attention``, the opposite of
                 ``nn.TransformerEncoderLayer``). Floating: added to the attention scores.
-            key_padding_mask: optional (B, T) boolean mask, True at padding positions (keys to
-                ignore), as in ``nn.TransformerEncoderLayer``.
+            key_mask: optional (B, T) boolean mask, True at the real tokens and False at padding
+                (keys to ignore); ``nn.TransformerEncoderLayer``'s ``src_key_padding_mask`` is its negation.
             is_causal: if True, position ``t`` attends to positions ``0..t`` only.
             kv_cache: optional cache of the keys and values of earlier positions, passed to the
                 :class:`~transformer_lib.multihead.MultiHeadAttention` (Chapter 12 uses it to generate
@@ -461,12 +461,12 @@ class TransformerBlock(nn.Module):
         """
         _check_input("TransformerBlock.forward", "x", x, self.ln1.weight, self.d_model)
         if self.norm_first:
-            a = self.attn(self.ln1(x), attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
+            a = self.attn(self.ln1(x), attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
                           kv_cache=kv_cache)[0]
             x = x + self.dropout1(a)
             x = x + self.dropout2(self.mlp(self.ln2(x)))
         else:
-            a = self.attn(x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
+            a = self.attn(x, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
                           kv_cache=kv_cache)[0]
             x = self.ln1(x + self.dropout1(a))
             x = self.ln2(x + self.dropout2(self.mlp(x)))

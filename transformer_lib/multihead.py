@@ -82,7 +82,7 @@ def _merge_masks(a: Tensor, b: Tensor, dtype: torch.dtype) -> Tensor:
 
 def _combined_mask(
     attn_mask: Tensor | None,
-    key_padding_mask: Tensor | None,
+    key_mask: Tensor | None,
     is_causal: bool,
     L: int,
     S: int,
@@ -92,19 +92,17 @@ def _combined_mask(
 ) -> Tensor:
     """The masks of :class:`MultiHeadAttention` combined into one, broadcastable to (B, h, L, S).
 
-    ``attn_mask`` is (L, S), (B, L, S) (placed as (B, 1, L, S)) or (B, h, L, S); ``key_padding_mask``
-    is (B, S), True at padding (placed as (B, 1, 1, S) and negated). With ``past > 0`` earlier
+    ``attn_mask`` is (L, S), (B, L, S) (placed as (B, 1, L, S)) or (B, h, L, S); ``key_mask``
+    is (B, S), True at real tokens (placed as (B, 1, 1, S)); boolean masks are True = may attend. With ``past > 0`` earlier
     positions in a cache, the causal mask is aligned at the bottom-right corner. A floating result
     has the dtype ``dtype`` of the queries.
     """
     mask = None
     if attn_mask is not None:
         mask = attn_mask.unsqueeze(1) if attn_mask.ndim == 3 else attn_mask
-    if key_padding_mask is not None:
-        kpm = key_padding_mask[:, None, None, :]
-        if kpm.dtype == torch.bool:
-            kpm = ~kpm  # True = padding (nn.MultiheadAttention) -> True = may attend
-        mask = kpm if mask is None else _merge_masks(mask, kpm, dtype)
+    if key_mask is not None:
+        km = key_mask[:, None, None, :]
+        mask = km if mask is None else _merge_masks(mask, km, dtype)
     if is_causal:
         if past == 0:
             causal = causal_mask(L, S, device=device)
@@ -207,7 +205,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor | None = None,
         *,
         attn_mask: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
         average_attn_weights: bool = True,
@@ -224,8 +222,10 @@ class MultiHeadAttention(nn.Module):
                 ``F.scaled_dot_product_attention`` (the opposite of ``nn.MultiheadAttention``).
                 Floating: added to the scores. A 3-D mask is per sequence, not per (sequence, head)
                 as in ``nn.MultiheadAttention``.
-            key_padding_mask: optional (B, S) mask. Boolean: True at padding, the keys to ignore,
-                as in ``nn.MultiheadAttention``. Floating: added to the scores.
+            key_mask: optional (B, S) mask. Boolean: True at the real tokens, the keys that take
+                part, and False at padding, as Hugging Face's ``attention_mask``
+                (``nn.MultiheadAttention``'s ``key_padding_mask`` is its negation). Floating: added
+                to the scores.
             is_causal: if True, query ``i`` may attend to keys ``0..i`` only (top-left aligned),
                 combined with the other masks. With ``kv_cache`` the L queries are the last L of
                 the S positions, so query ``i`` may attend to keys ``0..S - L + i`` (bottom-right
@@ -255,8 +255,8 @@ class MultiHeadAttention(nn.Module):
             TypeError: if an input is not a tensor of the dtype of the parameters (any floating dtype
                 under ``torch.autocast``), or a mask is neither bool nor floating.
             ValueError: if an input is on another device than the parameters, is not
-                (B, L, d_model) or is empty, a float mask holds ``+inf`` or NaN (on the CPU), or
-                ``kv_cache`` is given with a ``key`` or ``value`` (cross-attention).
+                (B, L, d_model) or is empty, ``key_mask`` is not (B, S), a float mask holds ``+inf``
+                or NaN (on the CPU), or ``kv_cache`` is given with a ``key`` or ``value`` (cross-attention).
         """
         E, h, w = self.d_model, self.n_head, self.in_proj.weight
         where = "MultiHeadAttention.forward"
@@ -278,7 +278,7 @@ class MultiHeadAttention(nn.Module):
             if value.shape[:2] != key.shape[:2]:
                 raise ValueError(f"{where}: value must have the (B, S) of key, got key.shape="
                                  f"{tuple(key.shape)} and value.shape={tuple(value.shape)}")
-        for name, m in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)):
+        for name, m in (("attn_mask", attn_mask), ("key_mask", key_mask)):
             if m is not None:
                 _check_mask(where, name, m, query.device)
         if key is query and value is query:  # self-attention: one matmul for q, k and v
@@ -302,8 +302,11 @@ class MultiHeadAttention(nn.Module):
                 is_causal = False  # one new query, the last position, may see every key
 
         mask = None
-        if attn_mask is not None or key_padding_mask is not None or (is_causal and past > 0):
-            mask = _combined_mask(attn_mask, key_padding_mask, is_causal, L, S, past, query.dtype, query.device)
+        if key_mask is not None and key_mask.shape != (q.size(0), S):
+            raise ValueError(f"{where}: key_mask must have shape (B, S) = {(q.size(0), S)} (one entry per key), "
+                             f"got key_mask.shape={tuple(key_mask.shape)}")
+        if attn_mask is not None or key_mask is not None or (is_causal and past > 0):
+            mask = _combined_mask(attn_mask, key_mask, is_causal, L, S, past, query.dtype, query.device)
             is_causal = False  # folded into mask
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:

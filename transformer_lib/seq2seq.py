@@ -318,8 +318,8 @@ def make_batch(
     Returns:
         ``(src, tgt_in, tgt_out)``: ``src`` (B, S) int64 padded with ``pad_id``; ``tgt_in`` and
         ``tgt_out`` (B, T) int64, ``T`` one more than the longest target, row ``b`` holding
-        ``BOS y`` and ``y EOS`` respectively, padded with ``pad_id``. The key padding masks are
-        ``src == pad_id`` and ``tgt_in == pad_id``.
+        ``BOS y`` and ``y EOS`` respectively, padded with ``pad_id``. The key masks are
+        ``src != pad_id`` and ``tgt_in != pad_id``.
 
     Raises:
         TypeError: if an argument has the wrong type.

@@ -1,6 +1,6 @@
-"""Chapter 6: the whole GPT, and the cross-attention of the encoder-decoder."""
+"""Chapter 6: the whole GPT."""
 
-from kit import COLORS, MUTED, arrow, box, canvas, grid, line, plus, text
+from kit import MUTED, arrow, box, canvas, line, plus, text
 
 
 def gpt_architecture():
@@ -56,46 +56,4 @@ def gpt_architecture():
     return fig
 
 
-def cross_attention():
-    fig, ax = canvas(15.5, 8.3)
-    T, S, n_real, c = 4, 6, 4, 0.42
-    text(ax, 7.75, 7.95, "cross-attention: queries from the target, keys and values from the source", size=10,
-         weight="bold")
-    # inputs and projections
-    box(ax, 0.3, 0.3, 3.8, 0.8, "decoder stream  Y  (B, T, C)", "data", fontsize=8)
-    box(ax, 10.0, 0.3, 4.4, 0.8, "memory  M  (B, S, C)\nthe encoder's output", "cache", fontsize=8)
-    arrow(ax, (2.2, 1.1), (2.2, 1.6))
-    box(ax, 1.4, 1.6, 1.6, 0.6, "W_Q", "attn", fontsize=8)
-    arrow(ax, (2.2, 2.2), (2.2, 2.8))
-    qx, qy = 2.2 - c, 2.8
-    grid(ax, qx, qy, T, 2, cell=c, kind="attn")
-    text(ax, qx - 0.15, qy + T * c / 2, "Q (T, d_k)", ha="right", size=8)
-    kx, vx = 11.0, 13.4
-    for x, name in ((kx, "W_K"), (vx, "W_V")):
-        line(ax, [(12.2, 1.1), (12.2, 1.35), (x, 1.35)])
-        arrow(ax, (x, 1.35), (x, 1.6))
-        box(ax, x - 0.8, 1.6, 1.6, 0.6, name, "attn", fontsize=8)
-        arrow(ax, (x, 2.2), (x, 2.8))
-        grid(ax, x - c, 2.8, S, 2, cell=c, kind="attn")
-    text(ax, kx - c - 0.15, 2.8 + S * c / 2, "K (S, d_k)", ha="right", size=8)
-    text(ax, vx + c + 0.15, 2.8 + S * c / 2, "V (S, d_k)", ha="left", size=8)
-    # the (T, S) weights
-    sx, sy = 5.2, 3.5
-    grid(ax, sx, sy, T, S, cell=c, kind="attn", fills=lambda i, j: "#d0d0d0" if j >= n_real else None)
-    text(ax, sx + S * c / 2, sy + T * c + 0.15, "keys: source positions →", size=7.5, color=MUTED, va="bottom")
-    text(ax, sx - 0.15, sy + T * c / 2, "queries:\ntarget", size=7.5, color=MUTED, ha="right")
-    text(ax, sx + S * c / 2, sy - 0.15, "softmax(Q Kᵀ / √d_k): weights (T, S)\nno causal triangle; "
-         "grey: source padding", size=7.5, va="top")
-    arrow(ax, (qx + 2 * c + 0.1, qy + T * c / 2), (sx - 1.1, sy + T * c / 2 - 0.1))
-    arrow(ax, (kx - c - 0.1, 2.8 + S * c - 0.2), (sx + S * c + 0.1, sy + T * c / 2), rad=0.15)
-    # weights times values, then the output
-    oy = 6.2
-    box(ax, 4.6, oy, 5.2, 0.9, "weights · V  (T, d_k) per head; heads merged,\nW_O → (B, T, C), "
-        "added to the stream Y", "attn", fontsize=8)
-    arrow(ax, (sx + S * c / 2, sy + T * c + 0.55), (sx + S * c / 2, oy))
-    line(ax, [(vx, 2.8 + S * c), (vx, oy + 0.45)])
-    arrow(ax, (vx, oy + 0.45), (9.8, oy + 0.45))
-    return fig
-
-
-FIGURES = {"gpt_architecture": gpt_architecture, "cross_attention": cross_attention}
+FIGURES = {"gpt_architecture": gpt_architecture}
