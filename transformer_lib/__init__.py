@@ -31,11 +31,6 @@ from transformer_lib.config import (
 from transformer_lib.gpt import (
     GPT,
 )
-from transformer_lib.encoder_decoder import (
-    EncoderDecoder,
-    greedy_decode,
-    beam_search,
-)
 from transformer_lib.training import (
     cosine_lr,
     TrainConfig,
@@ -50,6 +45,11 @@ from transformer_lib.evaluate import (
 from transformer_lib.pretrained import (
     load_book_model,
 )
+from transformer_lib.encoder_decoder import (
+    EncoderDecoder,
+    greedy_decode,
+    beam_search,
+)
 from transformer_lib.generation import (
     sample_next,
     KVCache,
@@ -63,6 +63,18 @@ from transformer_lib.bpe import (
 from transformer_lib.shipping import (
     export_onnx,
     OnnxGPT,
+)
+from transformer_lib.llama import (
+    LlamaConfig,
+    Llama,
+)
+from transformer_lib.moe import (
+    SparseMoE,
+    load_balancing_loss,
+    moe_from_hf,
+)
+from transformer_lib.flash import (
+    flash_attention,
 )
 
 __version__ = "0.2.0"
@@ -80,9 +92,6 @@ __all__ = [
     "GPT_PRESETS",
     "Seq2SeqConfig",
     "GPT",
-    "EncoderDecoder",
-    "greedy_decode",
-    "beam_search",
     "cosine_lr",
     "TrainConfig",
     "estimate_loss",
@@ -91,6 +100,9 @@ __all__ = [
     "train",
     "evaluate_split",
     "load_book_model",
+    "EncoderDecoder",
+    "greedy_decode",
+    "beam_search",
     "sample_next",
     "KVCache",
     "generate",
@@ -99,4 +111,10 @@ __all__ = [
     "load_gpt2_tokenizer",
     "export_onnx",
     "OnnxGPT",
+    "LlamaConfig",
+    "Llama",
+    "SparseMoE",
+    "load_balancing_loss",
+    "moe_from_hf",
+    "flash_attention",
 ]

@@ -171,6 +171,14 @@ def _first_weight(model: nn.Module, where: str) -> Tensor:
     return weight
 
 
+def _kv_cache_geometry(model: nn.Module) -> tuple[int, int, int]:
+    """(layers, key-value heads, head size) of ``model``'s cache: GPT's config, or ``model.kv_cache_geometry()``."""
+    if hasattr(model, "kv_cache_geometry"):  # fewer key-value heads than query heads (Chapter 17)
+        return model.kv_cache_geometry()
+    c = model.config
+    return c.n_layer, c.n_head, c.n_embd // c.n_head
+
+
 def _device_memory(device: torch.device) -> int | None:
     """The bytes a tensor on ``device`` can use at most: the physical memory for the CPU, the free
     memory of a CUDA device; None where it is not known."""
@@ -302,7 +310,9 @@ class KVCache:
 
         Args:
             model: a :class:`~transformer_lib.gpt.GPT`, or any ``nn.Module`` with its ``config``;
-                the cache takes the dtype and device of its first floating-point parameter.
+                the cache takes the dtype and device of its first floating-point parameter. A model
+                whose layers store fewer key-value heads than the GPT's (grouped-query attention,
+                Chapter 17) says so with a method ``kv_cache_geometry()``.
             batch_size: number of sequences B (>= 1).
             max_len: positions to allocate, ``1 .. block_size``; defaults to ``block_size``.
 
@@ -315,11 +325,12 @@ class KVCache:
         """
         where = "KVCache.for_model"
         w = _first_weight(model, where)
-        c = model.config
-        max_len = c.block_size if max_len is None else check_int(where, "max_len", max_len, minimum=1)
-        if max_len > c.block_size:
-            raise ValueError(f"{where}: max_len must be <= the model's block_size={c.block_size}, got max_len={max_len}")
-        return cls(c.n_layer, batch_size, c.n_head, c.n_embd // c.n_head, max_len, dtype=w.dtype, device=w.device)
+        block_size = model.config.block_size
+        max_len = block_size if max_len is None else check_int(where, "max_len", max_len, minimum=1)
+        if max_len > block_size:
+            raise ValueError(f"{where}: max_len must be <= the model's block_size={block_size}, got max_len={max_len}")
+        n_layer, n_head, d_head = _kv_cache_geometry(model)
+        return cls(n_layer, batch_size, n_head, d_head, max_len, dtype=w.dtype, device=w.device)
 
     @property
     def length(self) -> int:
@@ -455,16 +466,17 @@ def generate(
         raise TypeError(f"{where}: callback must be callable, got {describe(callback)}")
     B, T = idx.shape
     need = B * (T + max_new_tokens) * 8  # the int64 output
+    cache_len = min(model.config.block_size, T + max_new_tokens)  # the cache never holds more
     if use_cache and max_new_tokens > 0:  # KVCache.for_model: keys and values of every layer
-        c, w = model.config, _first_weight(model, where)
-        need += 2 * c.n_layer * B * c.block_size * c.n_embd * w.element_size()
+        n_layer, n_head, d_head = _kv_cache_geometry(model)
+        need += 2 * n_layer * B * cache_len * n_head * d_head * _first_weight(model, where).element_size()
     _check_fits(where, f"max_new_tokens={max_new_tokens} (a {B} x {T + max_new_tokens} int64 output"
                 + (" and the KV cache)" if use_cache and max_new_tokens > 0 else ")"), need, device)
 
     with eval_mode(model), torch.inference_mode():
         seq = torch.empty(B, T + max_new_tokens, dtype=torch.int64, device=device)
         seq[:, :T] = idx
-        cache = KVCache.for_model(model, B) if use_cache and max_new_tokens > 0 else None
+        cache = KVCache.for_model(model, B, cache_len) if use_cache and max_new_tokens > 0 else None
         for n in range(T, T + max_new_tokens):
             logits = _next_logits(model, seq, n, cache)  # (B, V)
             seq[:, n : n + 1] = sample_next(
