@@ -651,29 +651,22 @@ def _edited_checkpoint(monkeypatch, change):
 
 
 @pytest.mark.parametrize("change,needles", [
-    (lambda c: c.pop("model"), ["lacks 'model'"]),
-    (lambda c: c.pop("step"), ["lacks 'step'"]),
-    (lambda c: c.update(step="4"), ["step='4'"]),
-    (lambda c: c.update(step=True), ["step=True"]),
-    (lambda c: c.update(model=[1, 2]), ["'model' must be a dict"]),
-    (lambda c: c["model_config"].update(n_head=3), ["invalid model_config", "n_head"]),
+    # load_checkpoint validates the entries; what it cannot know without a model is whether the
+    # weights fit the configuration stored beside them
     (lambda c: c["model_config"].update(n_layer=5), ["missing", "blocks.2"]),
     (reshaped, ["must be a floating-point tensor of shape"]),
     (lambda c: c["model"].update({"extra.weight": torch.zeros(2)}), ["unexpected 'extra.weight'"]),
     (lambda c: c["model"].update({k: v.long() for k, v in list(c["model"].items())[:1]}), ["floating-point"]),
 ])
-def test_incomplete_checkpoints_are_refused_by_generate(finished_run, capsys, monkeypatch, change, needles):
-    """A checkpoint that passes load_checkpoint but lacks what generate reads is one line, status 1."""
+def test_weights_that_do_not_fit_their_config_are_refused_by_generate(finished_run, capsys, monkeypatch, change,
+                                                                      needles):
+    """A checkpoint whose weights do not fit its model_config (after load_checkpoint) is one line, status 1."""
     _edited_checkpoint(monkeypatch, change)
     status, out, err = run_main(capsys, "generate", "--checkpoint", finished_run, "--prompt", "To", *GEN)
     _assert_one_line_error(status, err, "--checkpoint", CHECKPOINT_FILE, *needles, expected=EXIT_FAILURE, out=out)
 
 
 @pytest.mark.parametrize("change,needles", [
-    (lambda c: c["rng"].pop("generator"), ["random states lack 'generator'"]),
-    (lambda c: c.pop("optimizer"), ["lacks 'optimizer'"]),
-    (lambda c: c.update(metrics=None), ["'metrics' must be a dict"]),
-    (lambda c: c["train_config"].update(lr=-1), ["invalid train_config", "lr"]),
     (lambda c: c.update(step=99), ["step=99", "max_steps=4"]),
     # passes every check of the command, and fails inside the trainer: the line says where
     (lambda c: (c.update(step=2), c["optimizer"].update(state={0: {"exp_avg": torch.zeros(1)}})),

@@ -388,17 +388,10 @@ def _check_run_dir(out: Path, resume: bool) -> None:
         raise CLIError(f"--resume: {out} holds no checkpoint ({CHECKPOINT_FILE}); start a new run without --resume")
 
 
-#: What ``generate`` reads from a checkpoint, and what a resumed run reads as well.
-_GENERATE_KEYS = ("model", "model_config", "step")
-_RESUME_KEYS = (*_GENERATE_KEYS, "optimizer", "train_config", "rng", "metrics")
-
-
 def _check_weights(path: Path, flag: str, weights, config: GPTConfig) -> None:
     """``weights`` has exactly the names and shapes of ``GPT(config)``'s state dict, as floating-point tensors."""
     with torch.device("meta"):  # shapes without data: no memory, however large the configuration
         expected = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
-    if not isinstance(weights, dict):
-        raise CLIError(f"{flag}: {path}: 'model' must be a dict of tensors, got {type(weights).__name__}")
     missing, unexpected = [k for k in expected if k not in weights], [k for k in weights if k not in expected]
     if missing or unexpected:
         listed = "; ".join(f"{what} {', '.join(map(repr, keys[:3]))}{', ...' if len(keys) > 3 else ''}"
@@ -406,34 +399,18 @@ def _check_weights(path: Path, flag: str, weights, config: GPTConfig) -> None:
         raise CLIError(f"{flag}: {path}: the weights do not match its model_config ({listed})")
     for name, shape in expected.items():
         w = weights[name]
-        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != shape:
+        if not w.is_floating_point() or tuple(w.shape) != shape:
             raise CLIError(f"{flag}: {path}: the weight {name!r} must be a floating-point tensor of shape {shape} "
                            f"(from its model_config), got {describe(w)}")
 
 
-def _checkpoint(path: Path, flag: str, keys: tuple[str, ...]) -> tuple[dict, GPTConfig]:
-    """The checkpoint at ``path`` (``load_checkpoint``) and its GPTConfig, checked to hold what the command reads."""
+def _checkpoint(path: Path, flag: str) -> tuple[dict, GPTConfig]:
+    """The checkpoint at ``path``, verified by ``load_checkpoint``, and its GPTConfig, which its weights fit."""
     try:
         checkpoint = load_checkpoint(path)
     except (OSError, TypeError, ValueError) as err:  # load_checkpoint names the file
         raise CLIError(f"{flag}: {_one_line(err)}") from None
-    missing = [k for k in keys if k not in checkpoint]
-    if missing:
-        raise CLIError(f"{flag}: {path} lacks {', '.join(map(repr, missing))}: an incomplete checkpoint")
-    try:
-        config = GPTConfig.from_dict(checkpoint["model_config"])
-    except (TypeError, ValueError) as err:
-        raise CLIError(f"{flag}: {path} holds an invalid model_config: {err}") from None
-    step = checkpoint["step"]
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CLIError(f"{flag}: {path} holds step={describe(step)}, not a number of steps (an int >= 0)")
-    for key in keys[len(_GENERATE_KEYS):]:
-        if not isinstance(checkpoint[key], dict):
-            raise CLIError(f"{flag}: {path}: {key!r} must be a dict, got {type(checkpoint[key]).__name__}")
-    if "rng" in keys:
-        absent = [k for k in ("generator", "torch", "cuda", "numpy", "python") if k not in checkpoint["rng"]]
-        if absent:
-            raise CLIError(f"{flag}: {path}: the random states lack {', '.join(map(repr, absent))}")
+    config = GPTConfig.from_dict(checkpoint["model_config"])  # valid: load_checkpoint checked it
     _check_weights(path, flag, checkpoint["model"], config)
     return checkpoint, config
 
@@ -451,11 +428,8 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
                      device: str) -> tuple[GPTConfig, TrainConfig, int]:
     """Validate DIR against the command line; return the stored configs and the stored step."""
     path = out / CHECKPOINT_FILE
-    checkpoint, model_config = _checkpoint(path, "--resume", _RESUME_KEYS)
-    try:
-        train_config = TrainConfig.from_dict(checkpoint["train_config"])
-    except (TypeError, ValueError) as err:
-        raise CLIError(f"--resume: {path} holds an invalid train_config: {err}") from None
+    checkpoint, model_config = _checkpoint(path, "--resume")
+    train_config = TrainConfig.from_dict(checkpoint["train_config"])  # valid: load_checkpoint checked it
     if checkpoint["step"] > train_config.max_steps:
         raise CLIError(f"--resume: {path} holds step={checkpoint['step']}, beyond its max_steps={train_config.max_steps}")
     run = _read_json(out / RUN_FILE, "--resume")
@@ -699,7 +673,7 @@ def _load_run(directory: Path, device: str) -> tuple[GPT, CharTokenizer]:
         raise CLIError(f"--checkpoint: {path} is a directory, not a checkpoint file")
     if not path.is_file():
         raise CLIError(f"--checkpoint: {directory} holds no {CHECKPOINT_FILE}; write one with {PROG} train --out {directory}")
-    checkpoint, config = _checkpoint(path, "--checkpoint", _GENERATE_KEYS)
+    checkpoint, config = _checkpoint(path, "--checkpoint")
     tokenizer = _tokenizer(directory / TOKENIZER_FILE, "--checkpoint")
     if tokenizer.vocab_size != config.vocab_size:
         raise CLIError(f"--checkpoint: {directory / TOKENIZER_FILE} has {tokenizer.vocab_size} characters, "
