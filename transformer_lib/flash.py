@@ -128,6 +128,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, scale, block_size_q, block_size_k, band):
+        """(B, h, T_q, d) output and (B, h, T_q) log-sum-exp of the tiled forward pass."""
         o, lse = _flash_forward(q, k, v, scale, block_size_q, block_size_k, band)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = (scale, block_size_q, block_size_k, band)
@@ -136,6 +137,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, do, dlse):
+        """Gradients of q, k and v, the scores recomputed tile by tile from the saved log-sum-exp."""
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _flash_backward(q, k, v, o, lse, do, dlse, *ctx.args)
         return dq, dk, dv, None, None, None, None
