@@ -76,6 +76,10 @@ from transformer_lib.moe import (
 from transformer_lib.flash import (
     flash_attention,
 )
+from transformer_lib.optim import (
+    Muon,
+    split_muon_params,
+)
 
 __version__ = "0.2.0"
 
@@ -117,4 +121,6 @@ __all__ = [
     "load_balancing_loss",
     "moe_from_hf",
     "flash_attention",
+    "Muon",
+    "split_muon_params",
 ]

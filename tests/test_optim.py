@@ -1,0 +1,188 @@
+"""Unit tests for transformer_lib.optim (chapter 20): Muon against torch.optim.Muon, Newton-Schulz against
+the SVD, the Muon/AdamW split of a GPT's parameters, and the constructor's argument checks."""
+
+import copy
+
+import pytest
+import torch
+
+import transformer_lib
+from transformer_lib.config import GPTConfig
+from transformer_lib.gpt import GPT
+from transformer_lib.optim import NS_COEFFICIENTS, Muon, newton_schulz, split_muon_params
+
+# Our Muon runs the same operations in the same order as torch.optim.Muon (bfloat16 Newton-Schulz, addmm), so
+# the updates agree to the last bit in practice; these bounds leave room only for a different summation order
+# inside a kernel, far below the ~1e-3 relative error a different formula or a wrong factor would give.
+ATOL = {torch.float32: 1e-7, torch.float64: 1e-12}
+SHAPES = ((48, 16), (16, 40), (24, 24))
+
+# Five quintic steps on G / ||G||_F map every singular value s >= 3e-3 ||G||_F into about [0.682, 1.202]
+# (the scalar band, measured in the chapter); the margin covers the rounding of the iteration's dtype.
+BAND = (0.68, 1.21)
+
+
+def run(opt_class, dtype, steps=5, **kw):
+    """The change of each parameter after ``steps`` updates on seeded random gradients."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.randn(s, generator=gen, dtype=dtype).requires_grad_() for s in SHAPES]
+    start = [p.detach().clone() for p in params]
+    opt = opt_class(params, **kw)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen, dtype=dtype)
+        opt.step()
+    return [p.detach() - s for p, s in zip(params, start)], opt
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kw", [
+    dict(lr=0.02),
+    dict(lr=0.02, nesterov=False),
+    dict(lr=0.05, weight_decay=0.1, momentum=0.9),
+    dict(lr=0.01, nesterov=False, weight_decay=0.3, adjust_lr_fn="original"),
+    dict(lr=0.01, adjust_lr_fn="match_rms_adamw", ns_steps=3),
+])
+def test_muon_equals_torch_muon(dtype, kw):
+    ours, opt = run(Muon, dtype, **kw)
+    theirs, ref = run(torch.optim.Muon, dtype, **kw)
+    for o, t in zip(ours, theirs):
+        assert o.abs().max() > 1e-3  # the parameters moved
+        assert (o - t).abs().max() <= ATOL[dtype]
+    for p_ours, p_ref in zip(opt.param_groups[0]["params"], ref.param_groups[0]["params"]):
+        assert torch.allclose(opt.state[p_ours]["momentum_buffer"], ref.state[p_ref]["momentum_buffer"],
+                              atol=ATOL[dtype], rtol=0)
+
+
+def test_muon_skips_parameters_without_gradient_and_returns_closure_loss():
+    a, b = torch.randn(8, 4, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    b0 = b.detach().clone()
+    opt = Muon([a, b], lr=0.1)
+    a.grad = torch.randn(8, 4)
+    assert opt.step(lambda: torch.tensor(3.0)).item() == 3.0
+    assert torch.equal(b.detach(), b0) and b not in opt.state
+
+
+def test_muon_param_groups_may_override_options():
+    a, b = torch.randn(8, 4, requires_grad=True), torch.randn(8, 4, requires_grad=True)
+    opt = Muon([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.5]
+    with pytest.raises(ValueError, match="Muon: lr"):
+        Muon([{"params": [a]}, {"params": [b], "lr": -1.0}], lr=0.1)
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (32, 64), (48, 48)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_newton_schulz_is_close_to_uv(shape, dtype):
+    gen = torch.Generator().manual_seed(1)
+    # singular values spread over two decades, all above 3e-3 ||G||_F
+    U, _ = torch.linalg.qr(torch.randn(shape[0], min(shape), generator=gen, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(shape[1], min(shape), generator=gen, dtype=torch.float64))
+    S = torch.logspace(0, -2, min(shape), dtype=torch.float64)
+    G = U @ torch.diag(S) @ V.T
+    assert (S / G.norm()).min() >= 3e-3
+    X = newton_schulz(G, dtype=dtype)
+    assert X.dtype == dtype and X.shape == G.shape
+    X = X.double()
+    D = U.T @ X @ V                   # diag(p^5(S / ||G||_F)) when the singular vectors are kept
+    sv = torch.diagonal(D)
+    off = (D - torch.diag(sv)).abs().max()
+    tol_off = {torch.bfloat16: 0.1, torch.float32: 1e-4, torch.float64: 1e-10}[dtype]
+    assert off <= tol_off
+    assert BAND[0] - 0.02 <= sv.min() and sv.max() <= BAND[1] + 0.02
+    if dtype == torch.float64:
+        assert BAND[0] <= sv.min() and sv.max() <= BAND[1]
+    cosine = (X * (U @ V.T)).sum() / (X.norm() * (U @ V.T).norm())
+    assert cosine > 0.97
+
+
+def test_newton_schulz_coefficients_and_zero_matrix():
+    assert NS_COEFFICIENTS == (3.4445, -4.7750, 2.0315)
+    Z = newton_schulz(torch.zeros(5, 3))
+    assert torch.equal(Z, torch.zeros(5, 3, dtype=torch.bfloat16))  # eps keeps 0 / 0 away
+
+
+def test_split_muon_params_on_gpt():
+    model = GPT(GPTConfig.from_preset("baby", vocab_size=65))
+    muon, adamw = split_muon_params(model)
+    ids = [id(p) for p in muon + adamw]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert sorted(names[id(p)] for p in muon) == sorted(
+        n for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2)
+    assert id(model.wte.weight) in {id(p) for p in adamw}  # the tied head/embedding stays on AdamW
+    assert all(p.ndim == 2 for p in muon) and len(muon) == 16
+    Muon(muon, lr=0.02)  # the Muon group is accepted as it is
+
+
+def test_split_muon_params_untied_head_and_frozen():
+    model = torch.nn.Sequential()
+    model.add_module("emb", torch.nn.Embedding(10, 8))
+    model.add_module("hidden", torch.nn.Linear(8, 8))
+    model.add_module("frozen", torch.nn.Linear(8, 8))
+    model.add_module("lm_head", torch.nn.Linear(8, 10))
+    model.frozen.requires_grad_(False)
+    muon, adamw = split_muon_params(model)
+    assert [id(p) for p in muon] == [id(model.hidden.weight)]
+    assert {id(p) for p in adamw} == {id(model.emb.weight), id(model.hidden.bias), id(model.lm_head.weight),
+                                      id(model.lm_head.bias)}
+    muon2, _ = split_muon_params(model, head=())
+    assert id(model.lm_head.weight) in {id(p) for p in muon2}
+
+
+def test_top_level_exports():
+    assert transformer_lib.Muon is Muon and transformer_lib.split_muon_params is split_muon_params
+
+
+@pytest.mark.parametrize("kw, exc, name", [
+    (dict(lr=0.0), ValueError, "lr"),
+    (dict(lr=-0.1), ValueError, "lr"),
+    (dict(lr="0.1"), TypeError, "lr"),
+    (dict(momentum=1.0), ValueError, "momentum"),
+    (dict(momentum=-0.1), ValueError, "momentum"),
+    (dict(ns_steps=0), ValueError, "ns_steps"),
+    (dict(ns_steps=2.5), TypeError, "ns_steps"),
+    (dict(weight_decay=-1.0), ValueError, "weight_decay"),
+    (dict(eps=0.0), ValueError, "eps"),
+    (dict(nesterov=1), TypeError, "nesterov"),
+    (dict(ns_coefficients=(1.0, 2.0)), ValueError, "ns_coefficients"),
+    (dict(adjust_lr_fn="rms"), ValueError, "adjust_lr_fn"),
+    (dict(ns_dtype=torch.int32), TypeError, "ns_dtype"),
+])
+def test_bad_arguments_name_the_argument(kw, exc, name):
+    with pytest.raises(exc, match=f"Muon: {name} must"):
+        Muon([torch.randn(4, 4, requires_grad=True)], **kw)
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3, 4), ()])
+def test_non_matrix_parameter_is_refused(shape):
+    with pytest.raises(ValueError, match=r"Muon: params must hold 2-D matrices.*shape " + repr(shape).replace("(", r"\(").replace(")", r"\)")):
+        Muon([torch.randn(4, 4, requires_grad=True), torch.randn(shape, requires_grad=True)], lr=0.02)
+
+
+def test_state_dict_of_torch_muon_loads_and_continues_identically():
+    """A checkpoint written with torch.optim.Muon resumes in ours (and ours round-trips) with the same updates."""
+    gen = torch.Generator().manual_seed(2)
+    start = [torch.randn(s, generator=gen) for s in SHAPES]
+    grads = [[torch.randn(s, generator=gen) for s in SHAPES] for _ in range(4)]
+
+    def steps(opt, params, gs):
+        for g_step in gs:
+            for p, g in zip(params, g_step):
+                p.grad = g.clone()
+            opt.step()
+
+    ref_params = [t.clone().requires_grad_() for t in start]
+    ref = torch.optim.Muon(ref_params, lr=0.02, weight_decay=0.1)
+    steps(ref, ref_params, grads[:2])
+    ours_params = [p.detach().clone().requires_grad_() for p in ref_params]
+    ours = Muon(ours_params, lr=0.5)                 # the loaded groups replace these options
+    ours.load_state_dict(copy.deepcopy(ref.state_dict()))  # a checkpoint's copy, not the live buffers
+    assert ours.param_groups[0]["lr"] == 0.02 and ours.param_groups[0]["ns_dtype"] == torch.bfloat16
+    steps(ref, ref_params, grads[2:])
+    steps(ours, ours_params, grads[2:])
+    for a, b in zip(ours_params, ref_params):
+        assert (a.detach() - b.detach()).abs().max() <= ATOL[torch.float32]
+    again = Muon([p.detach().clone().requires_grad_() for p in ours_params], lr=0.1, ns_dtype=torch.float32)
+    again.load_state_dict(copy.deepcopy(ours.state_dict()))
+    assert again.param_groups[0]["ns_dtype"] == torch.bfloat16 and len(again.state) == len(SHAPES)
