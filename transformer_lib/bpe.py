@@ -130,6 +130,25 @@ def _check_utf8(where: str, name: str, text: str) -> None:
         ) from None
 
 
+def _split_vocab(table: Mapping[str, int], merges, to_bytes, special: dict[str, int]) -> dict[bytes, int]:
+    """The regular tokens of a token-string -> id ``table`` (bytes -> id); every other entry joins ``special``.
+
+    A string is a regular token when ``to_bytes`` spells it as bytes that are a single byte or the
+    result of a merge; strings already in ``special`` are skipped.
+    """
+    regular = {bytes([b]) for b in range(256)} | {a + b for a, b in merges}
+    vocab = {}
+    for s, i in table.items():
+        if s in special:
+            continue
+        t = to_bytes(s)
+        if t is not None and t in regular:
+            vocab[t] = i
+        else:
+            special[s] = i
+    return vocab
+
+
 def _read_utf8(where: str, path: pathlib.Path) -> str:
     """The text of a file that must be UTF-8; a ValueError naming the file if it is not."""
     try:
@@ -600,14 +619,8 @@ class ByteBPETokenizer:
             raise ValueError(f"{where}: {vocab_json} is not valid JSON: {err}") from None
         if not isinstance(table, dict):
             raise ValueError(f"{where}: {vocab_json} must hold a JSON object (token -> id), got {type(table).__name__}")
-        regular = {bytes([b]) for b in range(256)} | {a + b for a, b in merges}
-        vocab, special = {}, {}
-        for s, i in table.items():
-            t = to_bytes(s)
-            if t is not None and t in regular:
-                vocab[t] = i
-            else:
-                special[s] = i
+        special = {}
+        vocab = _split_vocab(table, merges, to_bytes, special)
         try:
             return cls(merges, vocab=vocab, special_tokens=special, pattern=pattern)
         except (TypeError, ValueError) as err:  # e.g. an id that is not an int, or ids with gaps
@@ -742,16 +755,7 @@ def load_tokenizer_json(path: str | os.PathLike) -> ByteBPETokenizer:
             raise ValueError(f"{where}: model.merges[{k}] must be two byte-level tokens, got {m!r}")
         merges.append(pair)
     special = {t["content"]: t["id"] for t in data.get("added_tokens", [])}
-    regular = {bytes([b]) for b in range(256)} | {a + b for a, b in merges}
-    vocab = {}
-    for s, i in model.get("vocab", {}).items():
-        if s in special:
-            continue
-        t = to_bytes(s)
-        if t is not None and t in regular:
-            vocab[t] = i
-        else:
-            special[s] = i
+    vocab = _split_vocab(model.get("vocab", {}), merges, to_bytes, special)
     try:
         return ByteBPETokenizer(merges, vocab=vocab, special_tokens=special, pattern=pattern)
     except (TypeError, ValueError) as err:
