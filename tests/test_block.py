@@ -306,7 +306,7 @@ def test_feedforward_dropout_train_and_eval():
 
 
 def test_feedforward_errors():
-    with pytest.raises(ValueError, match="FeedForward: activation .*'relu', 'gelu', 'gelu_tanh', got activation='gelu_new'"):
+    with pytest.raises(ValueError, match="FeedForward: activation .*'relu', 'gelu', 'gelu_tanh', 'relu2', got activation='gelu_new'"):
         FeedForward(8, activation="gelu_new")
     with pytest.raises(ValueError, match="FeedForward: activation "):
         FeedForward(8, activation=F.relu)

@@ -17,7 +17,8 @@ def test_gpt_config_defaults_are_gpt2_small():
     assert (c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size) == (12, 12, 768, 1024, 50257)
     assert (c.dropout, c.bias, c.activation, c.layer_norm_eps) == (0.0, True, "gelu", 1e-5)
     assert [f for f in c.to_dict()] == ["n_layer", "n_head", "n_embd", "block_size", "vocab_size", "dropout",
-                                        "bias", "activation", "layer_norm_eps"]
+                                        "bias", "activation", "layer_norm_eps", "position", "qk_norm",
+                                        "tie_embeddings", "zero_init", "logit_softcap"]
 
 
 def test_gpt_config_is_frozen_and_replace_validates(tiny_config):
@@ -135,7 +136,8 @@ def test_gpt_config_json_files_of_the_wrong_kind_name_the_file(tmp_path, tiny_co
 
 
 def test_gpt_presets(tiny_config):
-    assert list(GPT_PRESETS) == ["tiny", "baby", "shakespeare-char", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]
+    assert list(GPT_PRESETS) == ["tiny", "baby", "shakespeare-char", "speedrun", "gpt2", "gpt2-medium", "gpt2-large",
+                                 "gpt2-xl"]
     tiny, baby = tiny_config, GPTConfig.from_preset("baby")
     assert (tiny.n_layer, tiny.n_head, tiny.n_embd, tiny.block_size, tiny.vocab_size) == (2, 2, 32, 16, 65)
     assert (baby.n_layer, baby.n_head, baby.n_embd, baby.block_size, baby.vocab_size) == (4, 4, 128, 64, 65)
@@ -145,6 +147,8 @@ def test_gpt_presets(tiny_config):
         6, 6, 384, 256, 65, 0.2, False)
     assert GPTConfig.from_preset("shakespeare-char", dropout=0.0).dropout == 0.0
     assert GPT_PRESETS["shakespeare-char"]["dropout"] == 0.2  # overrides do not modify the preset
+    speedrun = GPTConfig.from_preset("speedrun")  # the baby's widths with Chapter 21's changes
+    assert (speedrun.n_layer, speedrun.n_embd, speedrun.position, speedrun.tie_embeddings) == (4, 128, "rope", False)
 
 
 @pytest.mark.parametrize("name, shape, n_params", [
@@ -245,3 +249,76 @@ def test_seq2seq_config_is_frozen():
 def test_seq2seq_config_lives_in_config_and_at_the_top_level():
     assert transformer_lib.Seq2SeqConfig is Seq2SeqConfig and Seq2SeqConfig.__module__ == "transformer_lib.config"
     assert "Seq2SeqConfig" not in encoder_decoder.__all__
+
+
+# ---------------------------------------------------------------- Chapter 21's architecture options
+
+def test_gpt_config_architecture_options_default_to_gpt2():
+    c = GPTConfig()
+    assert (c.position, c.qk_norm, c.tie_embeddings, c.zero_init, c.logit_softcap) == ("learned", False, True,
+                                                                                       False, 0.0)
+    assert type(GPTConfig(logit_softcap=15).logit_softcap) is float  # an int is normalised, like dropout
+    assert GPTConfig(activation="relu2").activation == "relu2"
+
+
+@pytest.mark.parametrize("bad", ["alibi", "Rope", "", None])
+def test_gpt_config_position_is_validated(bad):
+    with pytest.raises(ValueError, match=f"GPTConfig: position must be one of .*'learned'.*'rope'.*got position="):
+        GPTConfig(position=bad)
+
+
+def test_gpt_config_rope_needs_an_even_head_width():
+    with pytest.raises(ValueError, match=r"GPTConfig: position='rope' needs an even head width.*n_embd=30 and "
+                                         r"n_head=2 \(width 15\)"):
+        GPTConfig(n_embd=30, n_head=2, position="rope")
+    assert GPTConfig(n_embd=30, n_head=2).position == "learned"  # an odd head width is fine without RoPE
+    assert GPTConfig(n_embd=30, n_head=3, position="rope").n_embd == 30  # width 10: even, so accepted
+
+
+@pytest.mark.parametrize("bad, error", [(-1.0, ValueError), (-1e-9, ValueError), (float("nan"), ValueError),
+                                        (float("inf"), ValueError), ("30", TypeError), (True, TypeError)])
+def test_gpt_config_logit_softcap_is_validated(bad, error):
+    with pytest.raises(error, match="GPTConfig: logit_softcap must be"):
+        GPTConfig(logit_softcap=bad)
+
+
+@pytest.mark.parametrize("field", ["qk_norm", "tie_embeddings", "zero_init"])
+@pytest.mark.parametrize("bad", [1, 0, "True", None])
+def test_gpt_config_bool_options_must_be_bool(field, bad):
+    with pytest.raises(TypeError, match=f"GPTConfig: {field} must be a bool"):
+        GPTConfig(**{field: bad})
+
+
+def test_gpt_config_json_round_trip_with_architecture_options(tmp_path):
+    c = GPTConfig.from_preset("tiny", position="rope", qk_norm=True, tie_embeddings=False, zero_init=True,
+                              logit_softcap=30.0, activation="relu2")
+    c.to_json(tmp_path / "config.json")
+    back = GPTConfig.from_json(tmp_path / "config.json")
+    assert back == c and back.to_dict()["position"] == "rope" and back.logit_softcap == 30.0
+
+
+ARCH_CONFIGS = [
+    GPTConfig(n_layer=L, n_head=2, n_embd=16, block_size=T, vocab_size=V, bias=bias, position=position,
+              tie_embeddings=tie, qk_norm=qk)
+    for (L, T, V) in ((1, 5, 7), (3, 9, 100))
+    for bias in (True, False)
+    for position in ("learned", "rope")
+    for tie in (True, False)
+    for qk in (False, True)
+]
+
+
+@pytest.mark.parametrize(
+    "config", ARCH_CONFIGS,
+    ids=lambda c: f"L{c.n_layer}-V{c.vocab_size}-bias{c.bias}-{c.position}-tie{c.tie_embeddings}-qk{c.qk_norm}",
+)
+def test_gpt_param_count_formula_with_rope_and_untied_head(config):
+    with torch.device("meta"):
+        model = GPT(config)
+    assert gpt_param_count(config) == sum(p.numel() for p in model.parameters())
+    assert gpt_param_count(config, non_embedding=True) == model.num_params()
+    d, V, T = config.n_embd, config.vocab_size, config.block_size
+    base = gpt_param_count(dataclasses.replace(config, position="learned", tie_embeddings=True))
+    # RoPE has no T x d table, an untied head adds a V x d matrix (QK-norm has no parameters)
+    assert gpt_param_count(config) == base - (T * d if config.position == "rope" else 0) + (
+        0 if config.tie_embeddings else V * d)

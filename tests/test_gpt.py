@@ -415,3 +415,223 @@ def test_from_pretrained_errors(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="GPT.from_pretrained: device must be a device of this machine, got device='cuda'"):
             GPT.from_pretrained("gpt2", device="cuda")
+
+
+# ---------------------------------------------------------------- Chapter 21's options: RoPE, QK-norm, ReLU^2,
+# soft-capped logits, zero-initialised branches and an untied head
+
+from transformer_lib.block import FeedForward  # noqa: E402
+from transformer_lib.embeddings import rope_angles  # noqa: E402
+from transformer_lib.llama import GroupedQueryAttention  # noqa: E402
+from transformer_lib.multihead import MultiHeadAttention  # noqa: E402
+
+ROPE = GPTConfig.from_preset("tiny", position="rope")  # head width 16: even
+
+
+def _random_mha(d_model, n_head, qk_norm=False, seed=0):
+    """A float64 MultiHeadAttention with random weights and biases (biases are zero at init)."""
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(d_model, n_head, qk_norm=qk_norm).double().eval()
+    with torch.no_grad():
+        for p in mha.parameters():
+            p.copy_(0.3 * torch.randn_like(p))
+    return mha
+
+
+def _complex_rope(x, angles):
+    """RoPE as complex products: the pair (x[2i], x[2i + 1]) is x[2i] + 1j x[2i + 1], times exp(1j angles[t, i])."""
+    z = torch.view_as_complex(x.unflatten(-1, (-1, 2)).contiguous())  # (B, h, T, hd / 2)
+    return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+
+
+def test_multihead_attention_with_rope_equals_a_hand_written_reference():
+    B, T, C, h = 2, 7, 24, 3
+    hd = C // h
+    mha = _random_mha(C, h)
+    x = torch.randn(B, T, C, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    cos, sin = rope_angles(T, hd, dtype=torch.float64)
+    # the angles themselves, p * 10000 ** (-2i / hd), for an independent rotation by complex numbers
+    inv_freq = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq  # (T, hd / 2)
+    q, k, v = F.linear(x, mha.in_proj.weight, mha.in_proj.bias).split(C, dim=-1)
+    q, k, v = (t.view(B, T, h, hd).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hd)
+    q, k = _complex_rope(q, angles), _complex_rope(k, angles)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = F.linear(y.transpose(1, 2).reshape(B, T, C), mha.out_proj.weight, mha.out_proj.bias)
+    with torch.no_grad():
+        out, _ = mha(x, is_causal=True, rope=(cos, sin))
+        plain, _ = mha(x, is_causal=True)
+    # float64: the same few products and sums in another order, a few ulp of values of order 1
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    assert (out - plain).abs().max() > 1e-3  # the rotation did change the attention
+    # the first position's angle is 0: its query and key are not rotated, and it attends only to itself
+    torch.testing.assert_close(out[:, 0], plain[:, 0], rtol=0, atol=1e-12)
+
+
+def test_multihead_attention_qk_norm_equals_grouped_query_attention_with_qk_norm():
+    B, T, C, h = 2, 6, 24, 3
+    hd = C // h
+    mha = _random_mha(C, h, qk_norm=True)
+    # eps = float64's machine epsilon: what F.rms_norm uses without an eps, as MultiHeadAttention calls it
+    gqa = GroupedQueryAttention(C, h, h, hd, qk_norm=True, bias=True, eps=torch.finfo(torch.float64).eps).double()
+    with torch.no_grad():
+        for i, proj in enumerate((gqa.q_proj, gqa.k_proj, gqa.v_proj)):  # in_proj rows: q, then k, then v
+            proj.weight.copy_(mha.in_proj.weight[i * C:(i + 1) * C])
+            proj.bias.copy_(mha.in_proj.bias[i * C:(i + 1) * C])
+        gqa.o_proj.weight.copy_(mha.out_proj.weight)
+        gqa.o_proj.bias.copy_(mha.out_proj.bias)
+    assert torch.equal(gqa.q_norm.weight, torch.ones(hd, dtype=torch.float64))  # gains 1: a plain RMS norm
+    x = 3 * torch.randn(B, T, C, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    cos, sin = torch.ones(T, hd // 2, dtype=torch.float64), torch.zeros(T, hd // 2, dtype=torch.float64)
+    with torch.no_grad():
+        expected = gqa(x, cos, sin)  # cos 1, sin 0: its RoPE is the identity
+        out, _ = mha(x, is_causal=True)
+        mha.qk_norm = False
+        without, _ = mha(x, is_causal=True)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)  # float64, a few ulp
+    assert (out - without).abs().max() > 1e-3  # the normalisation matters for these inputs
+
+
+def test_feed_forward_relu2_is_relu_squared():
+    torch.manual_seed(0)
+    ff = FeedForward(12, 40, activation="relu2").double()
+    x = torch.randn(3, 5, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    hidden = x @ ff.fc1.weight.T + ff.fc1.bias
+    expected = torch.where(hidden > 0, hidden, 0.0) ** 2 @ ff.fc2.weight.T + ff.fc2.bias
+    with torch.no_grad():
+        out = ff(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)  # float64, a few ulp
+    relu = FeedForward(12, 40, activation="relu").double()
+    relu.load_state_dict(ff.state_dict())
+    with torch.no_grad():
+        assert (relu(x) - out).abs().max() > 1e-3  # squaring is not ReLU
+    model = GPT(GPTConfig.from_preset("tiny", activation="relu2"))
+    assert all(b.mlp.activation == "relu2" for b in model.blocks)
+
+
+def test_logit_softcap_is_cap_tanh_of_the_raw_logits():
+    model = randomised_gpt(TINY, torch.float64)
+    idx, targets = ids((2, 12), 65), ids((2, 12), 65, seed=1)
+    with torch.no_grad():
+        raw = model(idx)[0]
+    cap = 0.5 * raw.abs().max().item()  # small enough that tanh bends the largest logits
+    capped_model = randomised_gpt(GPTConfig.from_preset("tiny", logit_softcap=cap), torch.float64)
+    assert all(torch.equal(a, b) for a, b in zip(capped_model.state_dict().values(), model.state_dict().values()))
+    with torch.no_grad():
+        logits, loss = capped_model(idx, targets)
+    expected = cap * torch.tanh(raw / cap)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-12)  # float64: tanh and a product, a few ulp
+    assert logits.abs().max() < cap  # tanh is bounded by 1
+    assert (logits - raw).abs().max() > 0.1 * cap  # the cap did bend the logits
+    torch.testing.assert_close(loss, F.cross_entropy(expected.flatten(0, 1), targets.flatten()), rtol=0, atol=1e-12)
+
+
+def test_zero_init_blocks_start_as_the_identity():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.from_preset("tiny", zero_init=True)).eval()
+    for block in model.blocks:
+        assert torch.equal(block.attn.out_proj.weight, torch.zeros(32, 32))
+        assert torch.equal(block.mlp.fc2.weight, torch.zeros(32, 128))
+        assert block.attn.in_proj.weight.abs().max() > 0 and block.mlp.fc1.weight.abs().max() > 0
+    idx = ids((2, 10), 65)
+    with torch.no_grad():
+        logits = model(idx)[0]
+        expected = model.lm_head(model.ln_f(model.wte(idx) + model.wpe.weight[:10]))
+    assert torch.equal(logits, expected)  # each block adds exactly zero to the residual stream
+    torch.manual_seed(0)
+    default = GPT(TINY).eval()
+    with torch.no_grad():
+        embeddings_only = default.lm_head(default.ln_f(default.wte(idx) + default.wpe.weight[:10]))
+        assert not torch.equal(default(idx)[0], embeddings_only)  # without zero_init the blocks do change it
+    # the zero matrices still get gradients, so training moves them
+    model.train()
+    model(idx, ids((2, 10), 65, seed=1))[1].backward()
+    for block in model.blocks:
+        assert block.attn.out_proj.weight.grad.abs().max() > 0 and block.mlp.fc2.weight.grad.abs().max() > 0
+
+
+def test_rope_gpt_has_no_position_table_and_its_angles_are_not_saved():
+    model = GPT(ROPE)
+    assert model.wpe is None
+    hd = ROPE.n_embd // ROPE.n_head
+    cos, sin = rope_angles(ROPE.block_size, hd)
+    assert torch.equal(model.rope_cos, cos) and torch.equal(model.rope_sin, sin)
+    assert {"rope_cos", "rope_sin"} <= {name for name, _ in model.named_buffers()}
+    keys = set(model.state_dict())
+    assert not [k for k in keys if "wpe" in k or "rope" in k], sorted(keys)
+    assert keys == set(GPT(TINY).state_dict()) - {"wpe.weight"}
+    assert model.num_params() == model.num_params(non_embedding=False) == sum(p.numel() for p in model.parameters())
+    assert model.double().rope_cos.dtype == torch.float64  # the buffers follow the model's dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_gpt_forward_with_kv_cache_in_pieces_equals_the_whole(dtype):
+    config = GPTConfig.from_preset("tiny", position="rope", qk_norm=True)
+    model = randomised_gpt(config, dtype)
+    idx = ids((2, config.block_size), 65)
+    cache = ListCache(config.n_layer)
+    with torch.no_grad():
+        whole = model(idx)[0]
+        for a, b in ((0, 5), (5, 6), (6, 9), (9, 10), (10, 16)):
+            logits, _ = model(idx[:, a:b], kv_cache=cache)
+            torch.testing.assert_close(logits, whole[:, a:b], rtol=0, atol=ATOL[dtype])
+            assert cache.length == b
+        # without the cache, the same tokens sit at positions 0.. and are rotated by other angles
+        assert (model(idx[:, 10:16])[0] - whole[:, 10:16]).abs().max() > 1e-3
+
+
+def test_rope_gpt_greedy_generation_with_and_without_cache_agree():
+    model = randomised_gpt(ROPE, torch.float64)
+    idx = ids((2, 3), 65)
+    cached = model.generate(idx, 20, temperature=0, use_cache=True)
+    uncached = model.generate(idx, 20, temperature=0, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_rope_gpt_is_causal_exactly():
+    model = randomised_gpt(ROPE)
+    idx = ids((2, 16), 65)
+    for t in (0, 7, 15):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 1) % 65
+        with torch.no_grad():
+            a, b = model(idx)[0], model(changed)[0]
+        assert torch.equal(a[:, :t], b[:, :t])
+        assert not torch.equal(a[:, t], b[:, t])
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(position="rope"),
+    dict(tie_embeddings=False),
+    dict(position="rope", qk_norm=True, tie_embeddings=False, zero_init=True, logit_softcap=5.0, activation="relu2"),
+], ids=["rope", "untied", "all"])
+def test_save_pretrained_round_trips_the_architecture_options(tmp_path, token_ids, overrides):
+    config = GPTConfig.from_preset("tiny", **overrides)
+    model = randomised_gpt(config, torch.float64)
+    model.save_pretrained(tmp_path / "m")
+    back = GPT.from_pretrained(tmp_path / "m")
+    assert back.config == config and back.wte.weight.dtype == torch.float64
+    assert (back.lm_head.weight is back.wte.weight) == config.tie_embeddings
+    assert back.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), model.state_dict().values()))
+    with torch.no_grad():
+        assert torch.equal(back(token_ids)[0], model(token_ids)[0])
+
+
+def test_output_layer_is_tied_by_default_and_untied_on_request():
+    torch.manual_seed(0)
+    tied = GPT(TINY)
+    assert tied.lm_head.weight is tied.wte.weight
+    torch.manual_seed(0)
+    untied = GPT(GPTConfig.from_preset("tiny", tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.wte.weight
+    assert untied.lm_head.weight.data_ptr() != untied.wte.weight.data_ptr()
+    assert untied.lm_head.weight.shape == untied.wte.weight.shape == (65, 32)
+    assert not torch.equal(untied.lm_head.weight, untied.wte.weight)  # drawn separately
+    # the sample std of 65 * 32 normal draws is within 10 % of 0.02 (relative standard error 1.6 %)
+    assert abs(untied.lm_head.weight.std().item() / 0.02 - 1) < 0.1
+    with torch.no_grad():
+        untied.wte.weight[3, 0] = 7.0
+    assert untied.lm_head.weight[3, 0] != 7.0
+    assert untied.num_params(non_embedding=False) == tied.num_params(non_embedding=False) + 65 * 32
+    assert sum(t.numel() for t in untied.state_dict().values()) == untied.num_params(non_embedding=False)

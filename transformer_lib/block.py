@@ -219,8 +219,12 @@ def _gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+def _relu2(x: Tensor) -> Tensor:  # ReLU squared (So et al. 2021), measured in Chapter 21
+    return F.relu(x).square()
+
+
 # The activations by name (Chapter 6's configurations check their names against these keys).
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh}
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "relu2": _relu2}
 
 
 class FeedForward(nn.Module):
@@ -231,7 +235,8 @@ class FeedForward(nn.Module):
     Args:
         d_model: input and output width C.
         d_ff: hidden width; defaults to ``4 * d_model``.
-        activation: ``"relu"``, ``"gelu"`` (exact) or ``"gelu_tanh"`` (GPT-2's approximation).
+        activation: ``"relu"``, ``"gelu"`` (exact), ``"gelu_tanh"`` (GPT-2's approximation) or
+            ``"relu2"`` (ReLU squared).
         dropout: probability of zeroing a hidden unit during training, in [0, 1).
         bias: whether ``fc1`` and ``fc2`` have biases.
 
@@ -369,10 +374,11 @@ class TransformerBlock(nn.Module):
         d_ff: hidden width of the feed-forward network; defaults to ``4 * d_model``.
         dropout: dropout probability on the attention weights, the FFN's hidden units and both
             residual branches, in [0, 1).
-        activation: ``"relu"``, ``"gelu"`` or ``"gelu_tanh"``.
+        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"relu2"``.
         norm_first: True for pre-LN, False for post-LN.
         bias: whether the linear layers and the layer normalisations have biases.
         eps: the layer normalisations' epsilon.
+        qk_norm: RMS-normalise queries and keys per head in the attention (Chapter 21).
 
     Attributes:
         ln1: :class:`LayerNorm` before (pre-LN) or after (post-LN) the attention.
@@ -399,6 +405,7 @@ class TransformerBlock(nn.Module):
         norm_first: bool = True,
         bias: bool = True,
         eps: float = 1e-5,
+        qk_norm: bool = False,
     ):
         super().__init__()
         # Checked here, so that a mistake names the class the user called; the parts check again.
@@ -415,7 +422,7 @@ class TransformerBlock(nn.Module):
         check_bool(where, "bias", bias)
         check_float(where, "eps", eps, minimum=0.0, min_open=True)
         self.ln1 = LayerNorm(d_model, eps=eps, bias=bias)
-        self.attn = MultiHeadAttention(d_model, n_head, dropout=dropout, bias=bias)
+        self.attn = MultiHeadAttention(d_model, n_head, dropout=dropout, bias=bias, qk_norm=qk_norm)
         self.dropout1 = nn.Dropout(dropout)
         self.ln2 = LayerNorm(d_model, eps=eps, bias=bias)
         self.mlp = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
@@ -432,6 +439,7 @@ class TransformerBlock(nn.Module):
         key_mask: Tensor | None = None,
         is_causal: bool = False,
         kv_cache=None,
+        rope: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """Apply the block.
 
@@ -446,6 +454,7 @@ class TransformerBlock(nn.Module):
             kv_cache: optional cache of the keys and values of earlier positions, passed to the
                 :class:`~transformer_lib.multihead.MultiHeadAttention` (Chapter 12 uses it to generate
                 text). ``x`` then holds only the new positions.
+            rope: optional ``(cos, sin)`` rotary angles of the T positions, passed to the attention.
 
         Returns:
             (B, T, d_model) tensor.
@@ -462,12 +471,12 @@ class TransformerBlock(nn.Module):
         _check_input("TransformerBlock.forward", "x", x, self.ln1.weight, self.d_model)
         if self.norm_first:
             a = self.attn(self.ln1(x), attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
-                          kv_cache=kv_cache)[0]
+                          kv_cache=kv_cache, rope=rope)[0]
             x = x + self.dropout1(a)
             x = x + self.dropout2(self.mlp(self.ln2(x)))
         else:
             a = self.attn(x, attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
-                          kv_cache=kv_cache)[0]
+                          kv_cache=kv_cache, rope=rope)[0]
             x = self.ln1(x + self.dropout1(a))
             x = self.ln2(x + self.dropout2(self.mlp(x)))
         return x

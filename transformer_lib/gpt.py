@@ -22,7 +22,7 @@ from transformer_lib import generation, serialization
 from transformer_lib._checks import check_device, check_path, check_tensor
 from transformer_lib.block import LayerNorm, TransformerBlock
 from transformer_lib.config import GPTConfig
-from transformer_lib.embeddings import LearnedPositionalEmbedding
+from transformer_lib.embeddings import LearnedPositionalEmbedding, rope_angles
 from transformer_lib.gpt2 import GPT2_CHECKPOINTS, load_gpt2_weights, load_hf_gpt2_state_dict
 
 
@@ -37,7 +37,9 @@ class GPT(nn.Module):
     Initialisation as GPT-2: the weights of every ``nn.Linear`` and ``nn.Embedding`` are drawn
     from N(0, 0.02^2), biases are zero, layer normalisations have gain 1 and bias 0, and the two
     projections that write into the residual stream in each block (``attn.out_proj`` and
-    ``mlp.fc2``) have standard deviation ``0.02 / sqrt(2 * n_layer)``.
+    ``mlp.fc2``) have standard deviation ``0.02 / sqrt(2 * n_layer)`` (zero with ``zero_init``).
+    The options of Chapter 21 (RoPE, QK-norm, an untied head, logit soft-capping) are fields of
+    the configuration.
 
     Args:
         config: a :class:`~transformer_lib.config.GPTConfig`.
@@ -45,11 +47,14 @@ class GPT(nn.Module):
     Attributes:
         config: the configuration.
         wte: ``nn.Embedding(vocab_size, n_embd)``, the token embedding.
-        wpe: :class:`~transformer_lib.embeddings.LearnedPositionalEmbedding` ``(block_size, n_embd)``.
+        wpe: :class:`~transformer_lib.embeddings.LearnedPositionalEmbedding` ``(block_size, n_embd)``,
+            or None with ``position="rope"``; the rotary angles are then the buffers ``rope_cos`` and
+            ``rope_sin``, (block_size, head_dim // 2) each, left out of the state dict.
         drop: ``nn.Dropout`` on the sum of the embeddings.
         blocks: ``nn.ModuleList`` of ``n_layer`` blocks.
         ln_f: the final :class:`~transformer_lib.block.LayerNorm`.
-        lm_head: ``nn.Linear(n_embd, vocab_size, bias=False)``; ``lm_head.weight is wte.weight``.
+        lm_head: ``nn.Linear(n_embd, vocab_size, bias=False)``; ``lm_head.weight is wte.weight``
+            when ``tie_embeddings``.
 
     Raises:
         TypeError: if ``config`` is not a :class:`~transformer_lib.config.GPTConfig`.
@@ -61,23 +66,31 @@ class GPT(nn.Module):
             raise TypeError(f"GPT: config must be a GPTConfig, got config={type(config).__name__}")
         c = self.config = config
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
-        self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd)
+        self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd) if c.position == "learned" else None
+        if c.position == "rope":  # buffers follow .to(device); not saved, since they follow from the config
+            cos, sin = rope_angles(c.block_size, c.n_embd // c.n_head)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 c.n_embd, c.n_head, 4 * c.n_embd, dropout=c.dropout, activation=c.activation,
-                norm_first=True, bias=c.bias, eps=c.layer_norm_eps,
+                norm_first=True, bias=c.bias, eps=c.layer_norm_eps, qk_norm=c.qk_norm,
             )
             for _ in range(c.n_layer)
         )
         self.ln_f = LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias)
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # weight tying: one (vocab_size, n_embd) matrix
+        if c.tie_embeddings:
+            self.lm_head.weight = self.wte.weight  # weight tying: one (vocab_size, n_embd) matrix
         self.apply(self._init_weights)
         std = 0.02 / math.sqrt(2 * c.n_layer)  # each block adds two branches to the residual stream
         for block in self.blocks:
-            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=std)
-            nn.init.normal_(block.mlp.fc2.weight, mean=0.0, std=std)
+            for proj in (block.attn.out_proj.weight, block.mlp.fc2.weight):
+                if c.zero_init:
+                    nn.init.zeros_(proj)
+                else:
+                    nn.init.normal_(proj, mean=0.0, std=std)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -125,14 +138,22 @@ class GPT(nn.Module):
         """
         past = 0 if kv_cache is None else self._check_cache(kv_cache)
         T = self._check_inputs(idx, targets, past)
-        x = self.drop(self.wte(idx) + self.wpe(T, offset=past))  # (B, T, C) + (T, C)
+        x, rope = self.wte(idx), None
+        if self.wpe is not None:
+            x = x + self.wpe(T, offset=past)  # (B, T, C) + (T, C)
+        else:
+            rope = (self.rope_cos[past : past + T], self.rope_sin[past : past + T])
+        x = self.drop(x)
         if kv_cache is None:
             for block in self.blocks:
-                x = block(x, is_causal=True)
+                x = block(x, is_causal=True, rope=rope)
         else:
             for block, layer_cache in zip(self.blocks, kv_cache):
-                x = block(x, is_causal=True, kv_cache=layer_cache)
+                x = block(x, is_causal=True, kv_cache=layer_cache, rope=rope)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
+        if self.config.logit_softcap > 0:
+            cap = self.config.logit_softcap
+            logits = cap * torch.tanh(logits / cap)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
@@ -181,7 +202,7 @@ class GPT(nn.Module):
         return T
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """The number of parameters, the tied ``wte``/``lm_head`` matrix counted once.
+        """The number of parameters, a tied ``wte``/``lm_head`` matrix counted once.
 
         Args:
             non_embedding: if True (nanoGPT's convention), leave out the position embedding. The
@@ -191,7 +212,7 @@ class GPT(nn.Module):
             The count, an int.
         """
         n = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
-        return n - self.wpe.weight.numel() if non_embedding else n
+        return n - self.wpe.weight.numel() if non_embedding and self.wpe is not None else n
 
     @torch.no_grad()
     def generate(

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_float, check_int, check_like, check_tensor
 from transformer_lib.attention import _check_additive_mask, attention_weights, causal_mask
+from transformer_lib.embeddings import apply_rope
 
 
 def split_heads(x: Tensor, n_head: int) -> Tensor:
@@ -165,6 +166,8 @@ class MultiHeadAttention(nn.Module):
             ``head_dim = d_model // n_head``.
         dropout: probability of dropping an attention weight during training, in [0, 1).
         bias: whether ``in_proj`` and ``out_proj`` have biases.
+        qk_norm: RMS-normalise each query and key head (no learned gain) before the scores, as the
+            modded-nanoGPT speedruns do (Chapter 21); the scores are then bounded by ``sqrt(head_dim)``.
 
     Attributes:
         d_model: model width C.
@@ -180,7 +183,8 @@ class MultiHeadAttention(nn.Module):
             outside [0, 1).
     """
 
-    def __init__(self, d_model: int, n_head: int, *, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, n_head: int, *, dropout: float = 0.0, bias: bool = True,
+                 qk_norm: bool = False):
         super().__init__()
         where = "MultiHeadAttention"
         d_model = check_int(where, "d_model", d_model, minimum=1)
@@ -194,9 +198,11 @@ class MultiHeadAttention(nn.Module):
         self.dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qk_norm = check_bool(where, "qk_norm", qk_norm)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_head={self.n_head}, head_dim={self.head_dim}, dropout={self.dropout}"
+        return (f"d_model={self.d_model}, n_head={self.n_head}, head_dim={self.head_dim}, dropout={self.dropout}"
+                + (", qk_norm=True" if self.qk_norm else ""))
 
     def forward(
         self,
@@ -210,6 +216,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         average_attn_weights: bool = True,
         kv_cache=None,
+        rope: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``; self-attention when they are omitted.
 
@@ -238,6 +245,10 @@ class MultiHeadAttention(nn.Module):
                 new (B, h, L, head_dim) keys and values and returns those of all S positions so far,
                 (B, h, S, head_dim) each, for example a layer of Chapter 12's
                 :class:`~transformer_lib.generation.KVCache`. Masks then have S keys.
+            rope: optional ``(cos, sin)``, each (L, head_dim // 2), the rotary angles of the L query
+                positions from :func:`~transformer_lib.embeddings.rope_angles` (self-attention only):
+                queries and keys are rotated by :func:`~transformer_lib.embeddings.apply_rope` before
+                they enter the cache. Not checked (the model that computes them does).
 
         Returns:
             A pair ``(out, weights)``: ``out`` is (B, L, d_model) with the dtype of ``query``;
@@ -292,6 +303,10 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = F.linear(key, w[E : 2 * E], bk), F.linear(value, w[2 * E :], bv)
             q, k, v = (split_heads(t, h) for t in (q, k, v))  # (B, h, L or S, d_k)
+        if self.qk_norm:
+            q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         L, S = q.size(2), k.size(2)
         past = 0  # positions before the first query
         if kv_cache is not None:  # generation: the keys and values of the earlier positions, then these
