@@ -9,7 +9,7 @@ import torch
 import transformer_lib
 from transformer_lib.config import GPTConfig
 from transformer_lib.gpt import GPT
-from transformer_lib.optim import NS_COEFFICIENTS, Muon, newton_schulz, split_muon_params
+from transformer_lib.optim import NS_COEFFICIENTS, Muon, MuonWithAdamW, newton_schulz, split_muon_params
 
 # Our Muon runs the same operations in the same order as torch.optim.Muon (bfloat16 Newton-Schulz, addmm), so
 # the updates agree to the last bit in practice; these bounds leave room only for a different summation order
@@ -186,3 +186,130 @@ def test_state_dict_of_torch_muon_loads_and_continues_identically():
     again = Muon([p.detach().clone().requires_grad_() for p in ours_params], lr=0.1, ns_dtype=torch.float32)
     again.load_state_dict(copy.deepcopy(ours.state_dict()))
     assert again.param_groups[0]["ns_dtype"] == torch.bfloat16 and len(again.state) == len(SHAPES)
+
+
+# ---------------------------------------------------------------- MuonWithAdamW
+
+MIXED = dict(lr=1e-2, muon_lr=0.05, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.1, muon_weight_decay=0.05,
+             momentum=0.9)
+
+
+def _tiny_gpt(dtype):
+    torch.manual_seed(0)
+    return GPT(GPTConfig.from_preset("tiny")).to(dtype)
+
+
+def _gpt_steps(pairs, n, seed=0):
+    """``n`` optimizer steps of every (model, optimizer) pair on the same seeded batches of the tiny vocabulary."""
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        idx, targets = (torch.randint(0, 65, (3, 12), generator=gen) for _ in range(2))
+        for model, opt in pairs:
+            opt.zero_grad(set_to_none=True)
+            model(idx, targets)[1].backward()
+            opt.step()
+
+
+class _Reference:
+    """Muon on split_muon_params' matrices and torch.optim.AdamW on the rest (decay on the 2-D ones only)."""
+
+    def __init__(self, model, ns_dtype):
+        matrices, others = split_muon_params(model)
+        self.muon = Muon(matrices, lr=MIXED["muon_lr"], weight_decay=MIXED["muon_weight_decay"],
+                         momentum=MIXED["momentum"], ns_dtype=ns_dtype)
+        # fused=True: the kernel MuonWithAdamW calls on the CPU; foreach would differ by an ulp here and there
+        self.adamw = torch.optim.AdamW(
+            [{"params": [p for p in others if p.ndim >= 2], "weight_decay": MIXED["weight_decay"]},
+             {"params": [p for p in others if p.ndim < 2], "weight_decay": 0.0}],
+            lr=MIXED["lr"], betas=MIXED["betas"], eps=MIXED["eps"], fused=True)
+
+    def zero_grad(self, set_to_none=True):
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        self.muon.step()
+        self.adamw.step()
+
+
+@pytest.mark.parametrize("dtype, ns_dtype", [(torch.float32, torch.bfloat16), (torch.float64, torch.float64)])
+def test_muon_with_adamw_equals_muon_plus_torch_adamw(dtype, ns_dtype):
+    ours_model = _tiny_gpt(dtype)
+    ref_model = copy.deepcopy(ours_model)
+    start = copy.deepcopy(ours_model.state_dict())
+    ours = MuonWithAdamW(ours_model, ns_dtype=ns_dtype, **MIXED)
+    ref = _Reference(ref_model, ns_dtype)
+    _gpt_steps([(ours_model, ours), (ref_model, ref)], 3)
+    # the same operations in the same order on both sides: equal up to a kernel's summation order
+    for (name, a), b in zip(ours_model.state_dict().items(), ref_model.state_dict().values()):
+        assert (a - start[name]).abs().max() > 1e-4, name  # every parameter moved
+        assert (a - b).abs().max() <= ATOL[dtype], (name, (a - b).abs().max().item())
+    matrices, _ = split_muon_params(ours_model)
+    ref_matrices, _ = split_muon_params(ref_model)
+    for p, q in zip(matrices, ref_matrices):
+        torch.testing.assert_close(ours.state[p]["momentum_buffer"], ref.muon.state[q]["momentum_buffer"],
+                                   rtol=0, atol=ATOL[dtype])
+
+
+def test_muon_with_adamw_groups():
+    model = _tiny_gpt(torch.float32)
+    opt = MuonWithAdamW(model, **MIXED)
+    matrices, others = split_muon_params(model)
+    muon, decayed, plain = opt.param_groups
+    assert [g["use_muon"] for g in opt.param_groups] == [True, False, False]
+    assert [id(p) for p in muon["params"]] == [id(p) for p in matrices]
+    assert {id(p) for p in decayed["params"]} == {id(model.wte.weight), id(model.wpe.weight)}  # lm_head is wte
+    assert [id(p) for p in plain["params"]] == [id(p) for p in others if p.ndim < 2] and plain["params"]
+    assert (muon["lr"], muon["max_lr"], muon["weight_decay"], muon["momentum"]) == (0.05, 0.05, 0.05, 0.9)
+    assert (decayed["lr"], decayed["max_lr"], decayed["weight_decay"]) == (1e-2, 1e-2, 0.1)
+    assert (plain["lr"], plain["max_lr"], plain["weight_decay"]) == (1e-2, 1e-2, 0.0)
+    assert decayed["betas"] == plain["betas"] == (0.8, 0.95)
+
+
+def test_muon_with_adamw_state_dict_round_trip():
+    model = _tiny_gpt(torch.float32)
+    opt = MuonWithAdamW(model, ns_dtype=torch.float32, **MIXED)
+    _gpt_steps([(model, opt)], 2)
+    saved = copy.deepcopy(opt.state_dict())  # a checkpoint's copy, not the live buffers
+    twin = copy.deepcopy(model)
+    fresh = MuonWithAdamW(twin, lr=0.5, muon_lr=0.5, ns_dtype=torch.float32)  # the loaded groups replace these
+    fresh.load_state_dict(saved)
+    assert [g["lr"] for g in fresh.param_groups] == [0.05, 1e-2, 1e-2]
+    assert [g["max_lr"] for g in fresh.param_groups] == [0.05, 1e-2, 1e-2]
+    assert len(fresh.state) == len(opt.state) == len(list(model.parameters()))
+    before = copy.deepcopy(model.state_dict())
+    _gpt_steps([(model, opt), (twin, fresh)], 1, seed=1)
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        assert not torch.equal(a, before[name]), name
+        assert torch.equal(a, b), name  # the same state and the same gradients: the same update, bit for bit
+
+
+def test_muon_with_adamw_returns_the_closure_loss_and_skips_parameters_without_gradient():
+    model = _tiny_gpt(torch.float32)
+    opt = MuonWithAdamW(model, **MIXED)
+    before = copy.deepcopy(model.state_dict())
+    assert opt.step(lambda: torch.tensor(2.5)).item() == 2.5  # no gradients yet: nothing moves
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items()) and not opt.state
+
+
+@pytest.mark.parametrize("kw, exc, name", [
+    (dict(lr=0.0), ValueError, "lr"),
+    (dict(lr=float("nan")), ValueError, "lr"),
+    (dict(betas=(1.0, 0.9)), ValueError, "betas"),
+    (dict(betas=(0.9,)), ValueError, "betas"),
+    (dict(eps=0.0), ValueError, "eps"),
+    (dict(weight_decay=-0.1), ValueError, "weight_decay"),
+    (dict(momentum=1.0), ValueError, "momentum"),
+    (dict(ns_dtype=torch.int64), TypeError, "ns_dtype"),
+])
+def test_muon_with_adamw_bad_arguments_name_the_argument(kw, exc, name):
+    with pytest.raises(exc, match=f": {name} must"):
+        MuonWithAdamW(_tiny_gpt(torch.float32), **kw)
+
+
+@pytest.mark.parametrize("kw, name", [(dict(muon_lr=0.0), "muon_lr"), (dict(muon_weight_decay=-1.0),
+                                                                       "muon_weight_decay")])
+def test_muon_with_adamw_muon_options_are_named_as_passed(kw, name):
+    # The caller passed muon_lr (or muon_weight_decay): an error that names "lr" points at the wrong argument.
+    with pytest.raises(ValueError, match=f"{name} must"):
+        MuonWithAdamW(_tiny_gpt(torch.float32), **kw)

@@ -700,7 +700,7 @@ def test_train_writes_metrics_and_checkpoint(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CHECKPOINT_FILE, METRICS_FILE])
     lines = [json.loads(s) for s in (tmp_path / METRICS_FILE).read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 4, 8, 10]
-    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed"} for r in lines)
+    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed", "train_time"} for r in lines)
     assert all(math.isfinite(r["val_loss"]) for r in lines)
     assert lines[-1]["val_loss"] < lines[0]["val_loss"]
     assert load_checkpoint(tmp_path / CHECKPOINT_FILE)["step"] == 10
@@ -917,3 +917,139 @@ def test_ddp_two_processes_match_one_process_with_the_global_batch(tmp_path):
     torch.testing.assert_close(ddp_losses, torch.tensor([h["loss"] for h in history]), atol=1e-5, rtol=0)
     lines = (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(s)["step"] for s in lines] == [0, 3, 6]  # rank 0 alone wrote the log
+
+
+# ---------------------------------------------------------------- Chapter 21: Muon, the WSD schedule, a time budget
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(optimizer="sgd"), ValueError, "optimizer must be one of 'adamw', 'muon'"),
+    (dict(optimizer=None), ValueError, "optimizer"),
+    (dict(muon_lr=0.0), ValueError, "muon_lr"),
+    (dict(muon_lr=-0.02), ValueError, "muon_lr"),
+    (dict(muon_lr=float("nan")), ValueError, "muon_lr"),
+    (dict(muon_lr="0.02"), TypeError, "muon_lr"),
+    (dict(schedule="linear"), ValueError, "schedule must be one of 'cosine', 'wsd'"),
+    (dict(decay_frac=0.0), ValueError, "decay_frac"),
+    (dict(decay_frac=1.5), ValueError, "decay_frac"),
+    (dict(decay_frac=True), TypeError, "decay_frac"),
+    (dict(time_budget=-1.0), ValueError, "time_budget"),
+    (dict(time_budget=float("nan")), ValueError, "time_budget"),
+    (dict(time_budget=float("inf")), ValueError, "time_budget"),
+    (dict(time_budget="60"), TypeError, "time_budget"),
+])
+def test_train_config_validation_of_the_speedrun_fields(kw, exc, match):
+    with pytest.raises(exc, match=f"TrainConfig: {match}"):
+        TrainConfig(**kw)
+
+
+def test_train_config_speedrun_fields_defaults_and_round_trip(tmp_path):
+    c = TrainConfig()
+    assert (c.optimizer, c.schedule, c.time_budget) == ("adamw", "cosine", 0.0)  # Chapter 9's recipe
+    assert 0 < c.decay_frac <= 1 and c.muon_lr > 0
+    d = TrainConfig(optimizer="muon", muon_lr=0.02, schedule="wsd", decay_frac=1, time_budget=30)
+    assert type(d.decay_frac) is float and type(d.time_budget) is float  # ints are normalised
+    d.to_json(tmp_path / "train.json")
+    assert TrainConfig.from_json(tmp_path / "train.json") == d
+    speedrun = TrainConfig.from_preset("speedrun")
+    assert speedrun.optimizer == "muon" and speedrun.time_budget > 0  # a time-budget recipe with Muon
+
+
+def _wsd(step, c):
+    """The warm-up, stable, decay schedule of a step-based run, written out."""
+    if step < c.warmup_steps:
+        return c.lr * (step + 1) / (c.warmup_steps + 1)
+    fraction = step / c.max_steps
+    return c.min_lr + min(1.0, (1.0 - fraction) / c.decay_frac) * (c.lr - c.min_lr)
+
+
+def test_wsd_schedule_in_a_step_based_run():
+    config = small_config(max_steps=20, warmup_steps=2, decay_frac=0.5, min_lr=0.0, lr=2e-3, schedule="wsd",
+                          eval_interval=20, checkpoint_interval=20)
+    torch.manual_seed(0)
+    history = train(GPT(TINY), DATA[:2500], DATA[2500:], config, progress=False)
+    lrs = [h["lr"] for h in history]
+    assert len(lrs) == 20
+    for step, lr in enumerate(lrs):  # the same few operations: equal up to their rounding
+        assert math.isclose(lr, _wsd(step, config), rel_tol=1e-12, abs_tol=0), (step, lr, _wsd(step, config))
+    assert lrs[:2] == pytest.approx([2e-3 / 3, 4e-3 / 3], rel=1e-12)  # warm-up
+    assert lrs[2:11] == [2e-3] * 9  # stable at the peak until the last half of the run
+    assert lrs[11:] == sorted(lrs[11:], reverse=True) and lrs[-1] == pytest.approx(2e-3 * 0.1, rel=1e-12)
+
+
+class _RecordingMuonWithAdamW(transformer_lib.optim.MuonWithAdamW):
+    """MuonWithAdamW that records its groups' (use_muon, lr) at every step."""
+
+    seen: list = []
+
+    def step(self, closure=None):
+        type(self).seen.append([(g["use_muon"], g["lr"]) for g in self.param_groups])
+        return super().step(closure)
+
+
+def test_muon_training_scales_each_group_by_its_peak(tmp_path, monkeypatch):
+    monkeypatch.setattr(_RecordingMuonWithAdamW, "seen", [])
+    monkeypatch.setattr(transformer_lib.training, "MuonWithAdamW", _RecordingMuonWithAdamW)
+    config = small_config(max_steps=10, optimizer="muon", lr=2e-3, min_lr=2e-4, muon_lr=0.03, eval_interval=10,
+                          checkpoint_interval=5)
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    start = copy.deepcopy(model.state_dict())
+    history = train(model, DATA[:2500], DATA[2500:], config, out_dir=tmp_path, progress=False, stop_at=5)
+    seen = _RecordingMuonWithAdamW.seen
+    assert len(seen) == len(history) == 5
+    for groups, h in zip(seen, history):
+        assert [use for use, _ in groups] == [True, False, False]
+        muon_lr, adam_lrs = groups[0][1], [lr for _, lr in groups[1:]]
+        assert adam_lrs == [h["lr"]] * 2  # AdamW follows the schedule of lr itself
+        assert math.isclose(muon_lr / adam_lrs[0], 0.03 / 2e-3, rel_tol=1e-12), (muon_lr, adam_lrs)
+    groups = load_checkpoint(tmp_path / CHECKPOINT_FILE)["optimizer"]["param_groups"]
+    assert [g["use_muon"] for g in groups] == [True, False, False]
+    assert [g["max_lr"] for g in groups] == [0.03, 2e-3, 2e-3]
+    assert math.isclose(groups[0]["lr"] / groups[1]["lr"], 0.03 / 2e-3, rel_tol=1e-12)
+    matrix = "blocks.0.attn.in_proj.weight"
+    assert not torch.equal(model.state_dict()[matrix], start[matrix])  # the matrices were trained
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_resume_with_muon_is_bit_identical(tmp_path, schedule):
+    cfg = GPTConfig.from_preset("tiny", dropout=0.1)
+    tc = small_config(max_steps=16, eval_interval=4, checkpoint_interval=4, optimizer="muon", schedule=schedule)
+    torch.manual_seed(0)
+    straight = GPT(cfg)
+    h1 = train(straight, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "a", progress=False)
+    torch.manual_seed(0)
+    train(GPT(cfg), DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "b", progress=False, stop_at=7)
+    torch.manual_seed(99)
+    resumed = GPT(cfg)
+    h2 = train(resumed, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "b", resume=True, progress=False)
+    assert [h["step"] for h in h2] == list(range(16))
+    assert [h["loss"] for h in h1] == [h["loss"] for h in h2] and [h["lr"] for h in h1] == [h["lr"] for h in h2]
+    assert all(torch.equal(p, q) for p, q in zip(straight.state_dict().values(), resumed.state_dict().values()))
+    a, b = (load_checkpoint(tmp_path / d / CHECKPOINT_FILE)["optimizer"] for d in ("a", "b"))
+    for key in a["state"]:
+        for name, t in a["state"][key].items():
+            assert torch.equal(t, b["state"][key][name]), (key, name)  # momentum buffers and Adam moments
+
+
+def test_time_budget_stops_the_run_and_decays_the_learning_rate(tmp_path):
+    budget = 1.0
+    config = small_config(max_steps=MAX_STEPS, warmup_steps=2, lr=2e-3, min_lr=0.0, schedule="wsd",
+                          decay_frac=0.5, time_budget=budget, eval_interval=10**6, checkpoint_interval=10**6)
+    torch.manual_seed(0)
+    history = train(GPT(TINY), DATA[:2500], DATA[2500:], config, out_dir=tmp_path, progress=False)
+    steps = len(history)
+    assert 3 < steps < MAX_STEPS
+    records = [json.loads(s) for s in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, steps]  # an evaluation at the start and where the budget ran out
+    last = records[-1]
+    # the run stops at the first step that reaches the budget; one tiny step takes milliseconds, so 5 s of
+    # slack only absorbs a loaded machine
+    assert budget <= last["train_time"] < budget + 5.0, last
+    assert last["elapsed"] >= last["train_time"]  # evaluations count in elapsed, not in the training time
+    checkpoint = load_checkpoint(tmp_path / CHECKPOINT_FILE)
+    assert checkpoint["step"] == steps
+    assert checkpoint["metrics"]["train_time"] == last["train_time"] >= budget
+    lrs = [h["lr"] for h in history]
+    assert max(lrs) == 2e-3 and lrs[2] == 2e-3  # the peak, right after the warm-up
+    assert lrs[2:] == sorted(lrs[2:], reverse=True)  # the spent fraction only grows
+    assert lrs[-1] < 2e-3 * 0.5  # the decay over the last half of the budget was well under way

@@ -79,6 +79,7 @@ from transformer_lib.flash import (
 from transformer_lib.optim import (
     Muon,
     split_muon_params,
+    MuonWithAdamW,
 )
 
 __version__ = "0.2.0"
@@ -123,4 +124,5 @@ __all__ = [
     "flash_attention",
     "Muon",
     "split_muon_params",
+    "MuonWithAdamW",
 ]

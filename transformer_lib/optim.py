@@ -12,6 +12,7 @@ __all__ = [
     "newton_schulz",
     "Muon",
     "split_muon_params",
+    "MuonWithAdamW",
 ]
 
 import math
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 from torch import Tensor
+from torch.optim.adamw import adamw
 
 from transformer_lib._checks import check_bool, check_choice, check_float, check_int
 
@@ -131,22 +133,26 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
-                buf = state["momentum_buffer"]
-                buf.lerp_(grad, 1 - mu)                                    # (muon-update)
-                update = grad.lerp(buf, mu) if group["nesterov"] else buf
-                O = newton_schulz(update, group["ns_steps"], group["ns_coefficients"], group["eps"],
-                                  group["ns_dtype"])
-                p.mul_(1 - lr * wd)
-                p.add_(O, alpha=-lr * _shape_factor(group["adjust_lr_fn"], p.shape))
+            _muon_group_step(group, self.state)
         return loss
+
+
+def _muon_group_step(group: dict, states) -> None:
+    """Muon's update of every parameter of ``group`` that has a gradient (``states``: the optimizer's state)."""
+    lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        grad = p.grad
+        state = states[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+        buf = state["momentum_buffer"]
+        buf.lerp_(grad, 1 - mu)                                    # (muon-update)
+        update = grad.lerp(buf, mu) if group["nesterov"] else buf
+        O = newton_schulz(update, group["ns_steps"], group["ns_coefficients"], group["eps"], group["ns_dtype"])
+        p.mul_(1 - lr * wd)
+        p.add_(O, alpha=-lr * _shape_factor(group["adjust_lr_fn"], p.shape))
 
 
 def _check_options(group: dict) -> None:
@@ -196,3 +202,90 @@ def split_muon_params(model: nn.Module, head: Sequence[str] = ("lm_head",)) -> t
         if p.requires_grad:
             (muon if p.ndim == 2 and id(p) not in excluded else adamw).append(p)
     return muon, adamw
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Muon on a model's hidden matrices and AdamW on the rest, as one optimizer.
+
+    The parameters are split by :func:`split_muon_params`. Groups with ``use_muon=True`` take
+    :class:`Muon`'s update (same options and state); the others take ``torch.optim.AdamW``'s
+    (PyTorch's functional ``adamw``, fused where PyTorch has the kernel), with weight decay on the
+    2-D ones (embeddings, the output head) only. Every group holds ``max_lr``, its peak learning
+    rate, so that a schedule sets ``group["lr"] = group["max_lr"] * factor``.
+
+    Args:
+        model: the module to optimise, e.g. a :class:`~transformer_lib.gpt.GPT`.
+        lr: AdamW's learning rate (> 0).
+        muon_lr: Muon's learning rate (> 0).
+        betas: AdamW's ``(beta1, beta2)``, each in [0, 1).
+        eps: AdamW's epsilon (> 0).
+        weight_decay: AdamW's decoupled weight decay of the 2-D parameters (>= 0).
+        muon_weight_decay: Muon's decoupled weight decay (>= 0).
+        momentum: Muon's momentum, in [0, 1).
+        ns_dtype: the dtype of Muon's Newton-Schulz iteration (bfloat16 as PyTorch; float32 is faster on CPUs).
+        head: names of the output modules that stay on AdamW, as for :func:`split_muon_params`.
+
+    Raises:
+        TypeError, ValueError: naming the argument, for a value of the wrong type or out of range.
+    """
+
+    def __init__(self, model: nn.Module, *, lr: float = 1e-3, muon_lr: float = 0.02,
+                 betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.0,
+                 muon_weight_decay: float = 0.0, momentum: float = 0.95, ns_dtype: torch.dtype = torch.bfloat16,
+                 head: Sequence[str] = ("lm_head",)):
+        w = "MuonWithAdamW"
+        lr = check_float(w, "lr", lr, minimum=0.0, min_open=True)
+        eps = check_float(w, "eps", eps, minimum=0.0, min_open=True)
+        weight_decay = check_float(w, "weight_decay", weight_decay, minimum=0.0)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"{w}: betas must be a pair (beta1, beta2), got betas={betas!r}")
+        betas = tuple(check_float(w, "betas", b, minimum=0.0, maximum=1.0, max_open=True) for b in betas)
+        matrices, others = split_muon_params(model, head)
+        muon_lr = check_float(w, "muon_lr", muon_lr, minimum=0.0, min_open=True)
+        muon_weight_decay = check_float(w, "muon_weight_decay", muon_weight_decay, minimum=0.0)
+        momentum = check_float(w, "momentum", momentum, minimum=0.0, maximum=1.0, max_open=True)
+        if not isinstance(ns_dtype, torch.dtype) or not ns_dtype.is_floating_point:
+            raise TypeError(f"{w}: ns_dtype must be a floating-point torch.dtype, got ns_dtype={ns_dtype!r}")
+        muon = dict(params=matrices, use_muon=True, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum,
+                    nesterov=True, ns_coefficients=NS_COEFFICIENTS, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                    ns_dtype=ns_dtype)
+        adam = dict(use_muon=False, lr=lr, betas=betas, eps=eps)
+        groups = [muon, {**adam, "params": [p for p in others if p.ndim >= 2], "weight_decay": weight_decay},
+                  {**adam, "params": [p for p in others if p.ndim < 2], "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
+        for g in groups:
+            g["max_lr"] = g["lr"]
+        super().__init__(groups, {})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; returns ``closure()``'s loss if given, else None."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["use_muon"]:
+                _muon_group_step(group, self.state)
+                continue
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                state = self.state[p]
+                if not state:  # torch.optim.AdamW's state, so that the state dicts agree
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if not params:
+                continue
+            states = [self.state[p] for p in params]
+            beta1, beta2 = group["betas"]
+            fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64,
+                                                                         torch.float16, torch.bfloat16)
+                        for p in params)
+            adamw(
+                params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                [], [s["step"] for s in states], fused=fused, foreach=None if fused else False, amsgrad=False,
+                beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+                maximize=False,
+            )
+        return loss

@@ -56,6 +56,7 @@ from transformer_lib._checks import (
 from transformer_lib.config import GPTConfig
 from transformer_lib.data import get_batch
 from transformer_lib.gpt import GPT
+from transformer_lib.optim import MuonWithAdamW
 from transformer_lib.utils import JSONConfig, atomic_write, eval_mode, state_sha256, tensor_sha256
 
 
@@ -321,6 +322,19 @@ class TrainConfig(JSONConfig):
             since a configuration may be written on another machine than the one that trains.
         precision: ``"float32"``, or ``"bfloat16"``: the training forward pass runs under
             ``torch.autocast`` (bfloat16); parameters, gradients, optimizer state and evaluations stay float32.
+        optimizer: ``"adamw"`` (every parameter), or ``"muon"``: Chapter 20's
+            :class:`~transformer_lib.optim.MuonWithAdamW`, Muon at ``muon_lr`` on the hidden matrices
+            and AdamW at ``lr`` on the rest.
+        muon_lr: Muon's peak learning rate (> 0); the schedule scales it as it scales ``lr``.
+        schedule: ``"cosine"`` (warm-up, then half a cosine to ``min_lr``), or ``"wsd"``
+            (warm-up, stable at the peak, then a linear decay to ``min_lr`` over the last
+            ``decay_frac`` of the run).
+        decay_frac: the fraction of the run that the ``"wsd"`` decay takes, in (0, 1].
+        time_budget: seconds of training (> 0), or 0 for none. With a budget the run stops when
+            its training time (evaluations and checkpoints not counted) reaches it, or at
+            ``max_steps``, and the schedule follows the fraction of the budget spent instead of the
+            fraction of ``max_steps``: the budget decides the schedule's length. Such a run
+            depends on the speed of the machine, so resuming it is not bit for bit.
     """
 
     max_steps: int = 2000
@@ -337,6 +351,11 @@ class TrainConfig(JSONConfig):
     seed: int = 1337
     device: str = "cpu"
     precision: str = "float32"
+    optimizer: str = "adamw"
+    muon_lr: float = 0.05
+    schedule: str = "cosine"
+    decay_frac: float = 0.5
+    time_budget: float = 0.0
 
     def __post_init__(self):
         w = "TrainConfig"
@@ -364,6 +383,11 @@ class TrainConfig(JSONConfig):
                              "values, so nothing can be trained on them)")
         put("device", str(device))
         check_choice(w, "precision", self.precision, ("float32", "bfloat16"))
+        check_choice(w, "optimizer", self.optimizer, ("adamw", "muon"))
+        put("muon_lr", check_float(w, "muon_lr", self.muon_lr, minimum=0.0, min_open=True))
+        check_choice(w, "schedule", self.schedule, ("cosine", "wsd"))
+        put("decay_frac", check_float(w, "decay_frac", self.decay_frac, minimum=0.0, maximum=1.0, min_open=True))
+        put("time_budget", check_float(w, "time_budget", self.time_budget, minimum=0.0))
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "TrainConfig":
@@ -380,6 +404,10 @@ TRAIN_PRESETS: dict[str, dict] = {
     # nanoGPT's config/train_shakespeare_char.py, for its shakespeare-char model on a GPU.
     "shakespeare-char": dict(max_steps=5000, batch_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100,
                              eval_iters=200, checkpoint_interval=250),
+    # Chapter 21's speedrun recipe for the "speedrun" GPT: 100 s of training on 2 CPU cores.
+    "speedrun": dict(max_steps=MAX_STEPS, time_budget=100.0, optimizer="muon", lr=4e-3, muon_lr=0.05, min_lr=0.0,
+                     schedule="wsd", decay_frac=0.5, warmup_steps=50, batch_size=8, precision="float32",
+                     eval_interval=500, eval_iters=10, checkpoint_interval=2000),
 }
 
 
@@ -727,7 +755,12 @@ RUN_FORMAT = "transformer_lib.run/1"
 def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig, *, out_dir=None,
           resume: bool = False, progress: bool = True, stop_at: int | None = None,
           should_stop: Callable[[], bool] | None = None) -> list[dict]:
-    """Train a GPT with AdamW, a warm-up + cosine schedule and gradient clipping, resumable bit for bit.
+    """Train a GPT with AdamW (or Muon), a warm-up + decay schedule and gradient clipping, resumable bit for bit.
+
+    ``config`` chooses the optimizer (``"adamw"``, or ``"muon"``: Chapter 20's
+    :class:`~transformer_lib.optim.MuonWithAdamW`), the schedule (cosine or WSD) and an optional
+    ``time_budget`` in seconds of training, which then sets the schedule's length and the stop
+    (Chapter 21); a budgeted run depends on the machine's speed, so its resumption is not bit for bit.
 
     Every ``eval_interval`` steps and at the end, :func:`estimate_loss` runs on both splits and, with
     ``out_dir``, ``{"step", "train_loss", "val_loss", "lr", "elapsed"}`` is appended to ``METRICS_FILE``;
@@ -819,22 +852,27 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
     writer = rank == 0 and out_dir is not None  # only rank 0 writes files
     block_size = model.config.block_size
     model.to(c.device).train()
-    optimizer = fused_adamw(weight_decay_groups(model, c.weight_decay), lr=c.lr, betas=c.betas)
+    device_type = torch.device(c.device).type  # "cpu", "cuda", ...: what torch.autocast expects
+    if c.optimizer == "muon":  # float32 Newton-Schulz: bfloat16 products are slow on most CPUs
+        optimizer = MuonWithAdamW(model, lr=c.lr, muon_lr=c.muon_lr, betas=c.betas, weight_decay=c.weight_decay,
+                                  ns_dtype=torch.float32 if device_type == "cpu" else torch.bfloat16)
+    else:
+        optimizer = fused_adamw(weight_decay_groups(model, c.weight_decay), lr=c.lr, betas=c.betas)
     generator = torch.Generator().manual_seed(c.seed)
     if checkpoint is not None:
         _restore(out_dir / CHECKPOINT_FILE, checkpoint, model, optimizer, generator)
         start, history = checkpoint["step"], list(checkpoint["metrics"].get("history", []))
         elapsed0 = checkpoint["metrics"].get("elapsed", 0.0)
+        train_time = checkpoint["metrics"].get("train_time", 0.0)
     else:
         torch.manual_seed(c.seed)
-        start, history, elapsed0 = 0, [], 0.0
+        start, history, elapsed0, train_time = 0, [], 0.0, 0.0
         if writer:
             (out_dir / METRICS_FILE).write_text("", encoding="utf-8")  # a fresh run starts a fresh log
     # Under DDP the forward and backward passes go through the wrapper, which copies rank 0's
     # parameters to every rank once, here, and averages the gradients over the ranks during every
     # backward; evaluation and checkpoints use the bare model.
     net = model if world == 1 else DistributedDataParallel(model)
-    device_type = torch.device(c.device).type  # "cpu", "cuda", ...: what torch.autocast expects
     t0 = time.perf_counter()
 
     def evaluate(step: int, lr: float) -> None:
@@ -844,26 +882,37 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
             losses[split] = estimate_loss(model, data, block_size=block_size, batch_size=c.batch_size,
                                           iters=c.eval_iters, generator=g, device=c.device)
         record = {"step": step, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-                  "elapsed": elapsed0 + time.perf_counter() - t0}
+                  "elapsed": elapsed0 + time.perf_counter() - t0, "train_time": train_time}
         if out_dir is not None:
             with open(out_dir / METRICS_FILE, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
     def checkpoint_now(step: int) -> None:
-        metrics = {"history": history, "elapsed": elapsed0 + time.perf_counter() - t0}
+        metrics = {"history": history, "elapsed": elapsed0 + time.perf_counter() - t0, "train_time": train_time}
         save_checkpoint(out_dir / CHECKPOINT_FILE, model=model, optimizer=optimizer, step=step,
                         model_config=model.config, train_config=c, generator=generator, metrics=metrics)
 
     def lr_at(step: int) -> float:
-        return cosine_lr(step, max_lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, max_steps=c.max_steps)
+        if c.time_budget == 0 and c.schedule == "cosine":
+            return cosine_lr(step, max_lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, max_steps=c.max_steps)
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / (c.warmup_steps + 1)
+        done = min(1.0, train_time / c.time_budget if c.time_budget else step / c.max_steps)  # of the run
+        if c.schedule == "cosine":
+            return c.min_lr + 0.5 * (1.0 + math.cos(math.pi * done)) * (c.lr - c.min_lr)
+        return c.min_lr + min(1.0, (1.0 - done) / c.decay_frac) * (c.lr - c.min_lr)  # wsd
 
     if start == 0 and rank == 0:
         evaluate(0, lr_at(0))
-    bar = tqdm(range(start, end), initial=start, total=end, disable=not progress or rank != 0, desc="train")
-    for step in bar:
+    timed = c.time_budget > 0  # then the bar counts seconds of training
+    bar = tqdm(total=c.time_budget if timed else end, initial=train_time if timed else start,
+               disable=not progress or rank != 0, desc="train",
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}{postfix}]" if timed else None)
+    for step in range(start, end):
         lr = lr_at(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group in optimizer.param_groups:  # MuonWithAdamW's groups have their own peak, max_lr
+            group["lr"] = lr * group["max_lr"] / c.lr if "max_lr" in group else lr
+        step_start = time.perf_counter()
         x, y = get_batch(train_data, block_size, c.batch_size * world, generator=generator, device=c.device)
         if world > 1:  # every rank drew the same global batch; each keeps its own slice
             mine = slice(rank * c.batch_size, (rank + 1) * c.batch_size)
@@ -875,17 +924,21 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
             clip_grad_norm_(model.parameters(), c.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        loss_value = loss.item()  # waits for the step to finish, so that its time is measured
+        seconds = time.perf_counter() - step_start
         stop = should_stop is not None and bool(should_stop())
-        if world > 1:  # one collective per step: the loss summed over ranks, and the stop votes
-            packed = torch.tensor([loss.item(), float(stop)], dtype=torch.float64, device=loss.device)
+        if world > 1:  # one collective per step: the loss and step time averaged over ranks, the stop votes
+            packed = torch.tensor([loss_value, float(stop), seconds], dtype=torch.float64, device=loss.device)
             dist.all_reduce(packed)
-            loss_value, stop = packed[0].item() / world, packed[1].item() > 0
-        else:
-            loss_value = loss.item()
+            loss_value, stop, seconds = packed[0].item() / world, packed[1].item() > 0, packed[2].item() / world
+        train_time += seconds  # the same on every rank, so that all follow the same schedule
+        spent = timed and train_time >= c.time_budget
+        stop = stop or spent
         history.append({"step": step, "loss": loss_value, "lr": lr})
         bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", refresh=False)
+        bar.update(seconds if timed else 1)
         done = step + 1
-        if rank == 0 and (done % c.eval_interval == 0 or done == end):
+        if rank == 0 and (done % c.eval_interval == 0 or done == end or spent):
             evaluate(done, lr)
         due = done % c.checkpoint_interval == 0 or done == end
         if writer and due:
