@@ -143,7 +143,7 @@ def test_parser_defaults_are_chapter_10s_recipe(capsys):
     assert main(["train", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"peak learning rate (default: {defaults.lr:g})" in help_text
-    assert f"optimizer steps (default: {defaults.max_steps})" in help_text
+    assert f"optimizer steps (default: {defaults.max_steps};" in help_text
 
 
 def test_run_directory_names_come_from_training():
@@ -248,7 +248,7 @@ def test_sigint_then_resume_equals_uninterrupted(tmp_path, data_file, capsys, mo
     assert a["step"] == b["step"] == 12
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert [h["loss"] for h in a["metrics"]["history"]] == [h["loss"] for h in b["metrics"]["history"]]
-    strip = [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
+    strip = [{k: v for k, v in json.loads(line).items() if k not in ("elapsed", "train_time")}  # clock times
              for d in ("straight", "cut") for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
     assert strip[: len(strip) // 2] == strip[len(strip) // 2:]  # the same evaluations, once each
 
@@ -457,6 +457,11 @@ CASES = {
     "--seed -5": Case([*TINY, "--seed", "-5"], 2, "--seed"),
     "--seed 2**63": Case([*TINY, "--seed", str(2**63)], 2, "--seed"),
     "--seed 10**30": Case([*TINY, "--seed", str(10**30)], 2, "--seed"),
+    "--time-budget 0": Case([*TINY, "--time-budget", "0"], 2, "--time-budget"),
+    "--time-budget -1": Case([*TINY, "--time-budget", "-1"], 2, "--time-budget"),
+    "--time-budget nan": Case([*TINY, "--time-budget", "nan"], 2, "--time-budget"),
+    "--time-budget inf": Case([*TINY, "--time-budget", "inf"], 2, "--time-budget"),
+    "--time-budget abc": Case([*TINY, "--time-budget", "abc"], 2, "--time-budget"),
     "--device banana": Case([*TINY, "--device", "banana"], 2, "--device"),
     "--device meta": Case([*TINY, "--device", "meta"], 2, "--device"),
     "--device ''": Case([*TINY, "--device", ""], 2, "--device"),
@@ -507,6 +512,7 @@ CASES = {
     "--resume other --max-steps": Case([*RESUME, "--max-steps", "8"], 2, "--max-steps"),
     "--resume other --preset": Case([*RESUME, "--preset", "baby"], 2, "model differs"),
     "--resume other --precision": Case([*RESUME, "--precision", "bfloat16"], 2, "--precision"),
+    "--resume other --time-budget": Case([*RESUME, "--time-budget", "5"], 2, "--time-budget"),
     # sampling flags of generate: status 2
     "--max-new-tokens -3": Case([*GENERATE, "--max-new-tokens", "-3"], 2, "--max-new-tokens"),
     "--max-new-tokens abc": Case([*GENERATE, "--max-new-tokens", "abc"], 2, "--max-new-tokens"),
@@ -779,3 +785,55 @@ def test_out_in_a_directory_without_write_permission(tmp_path, data_file, capsys
     status, out, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path / "run", *FAST)
     _assert_one_line_error(status, err, "--out", "permission denied", str(tmp_path), expected=EXIT_FAILURE, out=out)
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- a time budget (Chapter 21)
+BUDGET = ["--warmup-steps", "2", "--eval-interval", "1000000", "--no-progress", "--batch-size", "4", "--device", "cpu"]
+
+
+def test_time_budget_run_then_evaluate_then_resume(tmp_path, data_file, capsys):
+    out = tmp_path / "run"
+    # a million steps of the tiny model would take hours: the budget of 1 s is what ends the run
+    status, stdout, err = run_main(capsys, "train", "--data", data_file, "--out", out, "--preset", "tiny",
+                                   "--max-steps", 10**6, "--time-budget", 1, *BUDGET)
+    assert status == 0, err
+    checkpoint = load_checkpoint(out / CHECKPOINT_FILE)
+    steps = checkpoint["step"]
+    assert 0 < steps < 10**6 and checkpoint["metrics"]["train_time"] >= 1.0
+    assert TrainConfig.from_dict(checkpoint["train_config"]).time_budget == 1.0
+    assert stdout.startswith(f"{steps} steps in the time budget of 1 s ("), stdout
+    last = json.loads((out / METRICS_FILE).read_text().splitlines()[-1])
+    assert last["step"] == steps and f"val loss {last['val_loss']:.4f}" in stdout
+    assert "interrupted" not in err and "--resume" not in err
+
+    status, stdout, err = run_main(capsys, "evaluate", "--checkpoint", out, "--data", data_file, "--device", "cpu")
+    assert status == 0 and err == "", err
+    lines = stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("val_loss "), stdout
+    value = float(lines[0].split()[1])
+    assert 0 < value < 10, value  # a cross-entropy in nats over a vocabulary of a few dozen characters
+
+    before = (out / CHECKPOINT_FILE).read_bytes()
+    status, stdout, err = run_main(capsys, "train", "--data", data_file, "--out", out, "--resume", "--no-progress",
+                                   "--device", "cpu")
+    assert status == 0, err
+    assert "complete" in stdout and "nothing to do" in stdout, stdout
+    assert (out / CHECKPOINT_FILE).read_bytes() == before  # no further step
+
+
+@pytest.mark.slow
+def test_speedrun_preset_trains_its_recipe_for_the_time_budget(tmp_path, capsys):
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT * 4, encoding="utf-8")  # room for a longer context than the tiny preset's
+    out = tmp_path / "run"
+    status, stdout, err = run_main(capsys, "train", "--data", data, "--out", out, "--preset", "speedrun",
+                                   "--time-budget", 2, "--eval-interval", 10**6, "--no-progress", "--device", "cpu")
+    assert status == 0, err
+    assert "in the time budget of 2 s" in stdout, stdout
+    checkpoint = load_checkpoint(out / CHECKPOINT_FILE)
+    assert checkpoint["metrics"]["train_time"] >= 2.0
+    stored = TrainConfig.from_dict(checkpoint["train_config"])
+    # the speedrun model takes the speedrun training recipe, with the flags given
+    assert stored == TrainConfig.from_preset("speedrun", time_budget=2.0, eval_interval=10**6,
+                                             checkpoint_interval=10**6, device="cpu")
+    assert stored.optimizer == "muon"

@@ -13,6 +13,7 @@ __all__ = [
     "DEBUG_ENV",
     "INT64_MAX",
     "TRAIN_PRESET",
+    "SPEEDRUN",
     "TRAIN_FLAGS",
     "CLIError",
     "UsageError",
@@ -67,10 +68,12 @@ INT64_MAX = 2**63 - 1
 #: The training preset (:data:`~transformer_lib.training.TRAIN_PRESETS`) that gives ``train`` its
 #: defaults: Chapter 10's CPU recipe.
 TRAIN_PRESET = "shakespeare-baby"
+#: The model preset whose runs take the training preset of the same name (Chapter 21's recipe).
+SPEEDRUN = "speedrun"
 #: The flags of ``train`` that set a field of :class:`~transformer_lib.training.TrainConfig`.
 TRAIN_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
                "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed",
-               "precision": "--precision"}
+               "precision": "--precision", "time_budget": "--time-budget"}
 _EPILOG = (f"Exit status: 0 done, {EXIT_FAILURE} the run failed (a missing or corrupt file, no such device, "
           f"not enough memory), {EXIT_USAGE} bad arguments, {EXIT_INTERRUPTED} interrupted by Ctrl-C; errors are "
           f"one line on stderr. {DEBUG_ENV}=1 prints the traceback behind an error.")
@@ -125,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         "last 10 % for validation). DIR receives tokenizer.json, run.json, metrics.jsonl and ckpt.pt. "
         "Ctrl-C saves a checkpoint at the end of the current step and exits with status 130; --resume "
         "continues exactly where the run stopped. Under torchrun --nproc_per_node=N the run is data "
-        "parallel, and --batch-size is per process.", epilog=_EPILOG,
+        "parallel, and --batch-size is per process. --preset speedrun trains Chapter 21's recipe (Muon, "
+        "RoPE, QK-norm) for its time budget.", epilog=_EPILOG,
     )
     p.add_argument("--data", required=True, metavar="PATH", help="the training text, a UTF-8 file")
     p.add_argument("--out", required=True, metavar="DIR", help="the run directory (created if needed)")
@@ -135,7 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--config", metavar="FILE.json", help="a GPTConfig as JSON (vocab_size may be left out)")
     p.add_argument("--resume", action="store_true", help="continue the run in DIR from its checkpoint")
     d = TrainConfig.from_preset(TRAIN_PRESET)
-    p.add_argument("--max-steps", type=int, metavar="N", help=f"optimizer steps (default: {d.max_steps})")
+    p.add_argument("--max-steps", type=int, metavar="N",
+                   help=f"optimizer steps (default: {d.max_steps}; with --preset {SPEEDRUN}, the time budget decides)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="train for this many seconds (evaluations not counted) and stop with a checkpoint; the "
+                        "learning-rate schedule follows the fraction of the budget spent (default: none; "
+                        f"{TrainConfig.from_preset(SPEEDRUN).time_budget:g} with --preset {SPEEDRUN})")
     p.add_argument("--batch-size", type=int, metavar="N",
                    help=f"sequences per step and process (default: {d.batch_size})")
     p.add_argument("--lr", type=float, help=f"peak learning rate (default: {d.lr:g})")
@@ -247,8 +256,10 @@ def _check_train_flags(args: argparse.Namespace) -> None:
         _check_int_flag(flag, getattr(args, flag[2:].replace("-", "_")), minimum)
     if args.lr is not None:
         _check_flag(check_float, "--lr", args.lr, minimum=0.0, min_open=True)
+    if args.time_budget is not None:
+        _check_flag(check_float, "--time-budget", args.time_budget, minimum=0.0, min_open=True)
     if not args.resume:  # a resumed run keeps its own values, compared later
-        preset = TrainConfig.from_preset(TRAIN_PRESET)
+        preset = TrainConfig.from_preset(_train_preset(args))
         max_steps, warmup = args.max_steps or preset.max_steps, args.warmup_steps
         if warmup is None:
             warmup = preset.warmup_steps
@@ -346,18 +357,23 @@ def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
         raise CLIError(f"{where}: {err}") from None
 
 
+def _train_preset(args: argparse.Namespace) -> str:
+    """The training preset of a fresh run: SPEEDRUN's own for --preset SPEEDRUN, else TRAIN_PRESET."""
+    return SPEEDRUN if args.preset == SPEEDRUN else TRAIN_PRESET
+
+
 def _given(args: argparse.Namespace) -> dict:
     """The TrainConfig fields set by a flag on the command line: field name -> value."""
     return {f: getattr(args, f) for f in TRAIN_FLAGS if getattr(args, f) is not None}
 
 
 def _train_config(args: argparse.Namespace, device: str) -> TrainConfig:
-    """The TrainConfig of a fresh run: the preset TRAIN_PRESET with the flags given on the command line."""
+    """The TrainConfig of a fresh run: its training preset with the flags given on the command line."""
     overrides = _given(args)
     if "eval_interval" in overrides:
         overrides["checkpoint_interval"] = overrides["eval_interval"]  # a checkpoint at every evaluation
     try:
-        return TrainConfig.from_preset(TRAIN_PRESET, **overrides, device=device)
+        return TrainConfig.from_preset(_train_preset(args), **overrides, device=device)
     except (TypeError, ValueError) as err:
         flags = [flag for field, flag in TRAIN_FLAGS.items() if field in overrides and field in str(err)]
         raise UsageError(f"{', '.join(flags) or 'the training flags'}: {err}") from None
@@ -425,8 +441,8 @@ def _tokenizer(path: Path, flag: str) -> CharTokenizer:
 
 
 def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str,
-                     device: str) -> tuple[GPTConfig, TrainConfig, int]:
-    """Validate DIR against the command line; return the stored configs and the stored step."""
+                     device: str) -> tuple[GPTConfig, TrainConfig, int, bool]:
+    """Validate DIR against the command line; return the stored configs, the stored step and whether the run is done."""
     path = out / CHECKPOINT_FILE
     checkpoint, model_config = _checkpoint(path, "--resume")
     train_config = TrainConfig.from_dict(checkpoint["train_config"])  # valid: load_checkpoint checked it
@@ -448,7 +464,9 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
     changed = _differences(train_config.to_dict(), _given(args), TRAIN_FLAGS)
     if changed:
         raise UsageError(f"--resume: a resumed run keeps its training configuration; got {', '.join(changed)}")
-    return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"]
+    done = checkpoint["step"] == train_config.max_steps or (
+        train_config.time_budget > 0 and checkpoint["metrics"].get("train_time", 0.0) >= train_config.time_budget)
+    return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"], done
 
 
 @contextlib.contextmanager
@@ -530,9 +548,10 @@ def train_command(args: argparse.Namespace) -> int:
         _check_run_dir(out, args.resume)
     tokenizer = CharTokenizer.from_text(text)
     if args.resume:
-        model_config, train_config, start = _resumed_configs(args, out, tokenizer, data_sha256, device)
+        model_config, train_config, start, done = _resumed_configs(args, out, tokenizer, data_sha256, device)
     else:
-        model_config, train_config, start = _model_config(args, tokenizer.vocab_size), _train_config(args, device), 0
+        model_config, train_config = _model_config(args, tokenizer.vocab_size), _train_config(args, device)
+        start, done = 0, False
     need = 10 * (model_config.block_size + 1)
     if len(text) < need:
         raise CLIError(f"--data: {data_path} has {len(text)} characters; block_size={model_config.block_size} "
@@ -550,8 +569,10 @@ def train_command(args: argparse.Namespace) -> int:
         if dist.is_initialized():
             dist.barrier()  # every rank has checked DIR before rank 0 writes into it
         say = print if rank == 0 else (lambda *a, **k: None)
-        if start == train_config.max_steps:
-            say(f"{args.command_prog}: the run in {out} is complete ({start} of {start} steps); nothing to do")
+        if done:
+            why = (f"{start} of {start} steps" if start == train_config.max_steps
+                   else f"its time budget of {train_config.time_budget:g} s is spent, {start} steps")
+            say(f"{args.command_prog}: the run in {out} is complete ({why}); nothing to do")
             return 0
         if rank == 0 and not args.resume:
             try:
@@ -575,7 +596,14 @@ def train_command(args: argparse.Namespace) -> int:
             say(f"{args.command_prog}: aborted by a second Ctrl-C; {kept}", file=sys.stderr)
             return EXIT_INTERRUPTED
         steps = len(history)
-        if steps < train_config.max_steps:
+        last = json.loads((out / METRICS_FILE).read_text(encoding="utf-8").splitlines()[-1]) if rank == 0 else {}
+        budget = train_config.time_budget
+        spent = budget > 0 and history[-1]["step"] + 1 == last.get("step") and last["train_time"] >= budget
+        if dist.is_initialized():  # only rank 0 reads the metrics; every rank must return the same way
+            flag = torch.tensor([float(spent)], device=device)
+            dist.broadcast(flag, src=0)
+            spent = bool(flag.item())
+        if steps < train_config.max_steps and not spent:
             launcher = (["torchrun", f"--nproc_per_node={dist.get_world_size()}"] if dist.is_initialized()
                         else ["python"])
             again = shlex.join([*launcher, "-m", PROG, "train", "--data", args.data, "--out", args.out, "--resume"])
@@ -583,10 +611,11 @@ def train_command(args: argparse.Namespace) -> int:
                 f"checkpoint saved to {out / CHECKPOINT_FILE}; resume with: {again}", file=sys.stderr)
             return EXIT_INTERRUPTED
         if rank == 0:
-            last = json.loads((out / METRICS_FILE).read_text(encoding="utf-8").splitlines()[-1])
             files = ", ".join((CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE))
-            say(f"step {steps}/{train_config.max_steps}: train loss {last['train_loss']:.4f}, "
-                f"val loss {last['val_loss']:.4f}; {out}/ holds {files}")
+            where = (f"{steps} steps in the time budget of {budget:g} s ({last['train_time']:.1f} s of training)"
+                     if spent else f"step {steps}/{train_config.max_steps}")
+            say(f"{where}: train loss {last['train_loss']:.4f}, val loss {last['val_loss']:.4f} (estimates); "
+                f"{out}/ holds {files}")
     return 0
 
 
