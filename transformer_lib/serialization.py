@@ -257,9 +257,9 @@ def load_pretrained_state(directory: str | os.PathLike) -> tuple[GPTConfig, dict
     state, metadata = _read_safetensors(where, weights_path)
     _verify(where, weights_path, state, metadata)
     if "config" in metadata:
-        try:
-            recorded = json.loads(metadata["config"])
-        except json.JSONDecodeError:
+        try:  # through GPTConfig, so that fields added after the file was written take their defaults
+            recorded = GPTConfig.from_dict(json.loads(metadata["config"])).to_dict()
+        except (json.JSONDecodeError, TypeError, ValueError):
             recorded = metadata["config"]
         if recorded != config.to_dict():
             raise ValueError(
