@@ -830,7 +830,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     if resume:
         path = out_dir / CHECKPOINT_FILE
         checkpoint = load_checkpoint(path)  # verified and validated; restores nothing yet
-        if checkpoint["model_config"] != model.config.to_dict():
+        if GPTConfig.from_dict(checkpoint["model_config"]) != model.config:  # fields added later take defaults
             raise ValueError(f"{w}: {path} was written for "
                              f"model_config={checkpoint['model_config']}, not {model.config.to_dict()}")
         _check_fits(path, checkpoint, model, None)
