@@ -53,7 +53,25 @@ FAST = ["--preset", "tiny", "--warmup-steps", "2", "--eval-interval", "4", "--no
         "--device", "cpu"]
 
 
-def cli(*args, timeout=120, **kwargs):
+# Generous limits for processes, which a loaded machine starts and runs slowly; the tests wait on
+# events (a file, a line of output), never on a fixed sleep.
+PROCESS_TIMEOUT = 300
+# The prefix of a command started with SIGINT ignored, as a shell script starts `cmd &` (no job
+# control): the ignored disposition survives exec, and Python then installs no handler of its own.
+SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$0" "$@"']
+
+
+@pytest.fixture(params=["default", "ignored"])
+def sigint_at_start(request):
+    """The test runs with SIGINT as a terminal starts a command (Python's handler) and as a script's
+    `cmd &` starts it (ignored); the yielded value is the prefix that starts a process so."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler if request.param == "default"
+                             else signal.SIG_IGN)
+    yield [] if request.param == "default" else SIGINT_IGNORED
+    signal.signal(signal.SIGINT, previous)
+
+
+def cli(*args, timeout=PROCESS_TIMEOUT, **kwargs):
     return subprocess.run([sys.executable, "-m", "transformer_lib", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, **kwargs)
 
@@ -253,9 +271,12 @@ def test_sigint_then_resume_equals_uninterrupted(tmp_path, data_file, capsys, mo
     assert strip[: len(strip) // 2] == strip[len(strip) // 2:]  # the same evaluations, once each
 
 
-def test_second_sigint_aborts_and_keeps_the_last_checkpoint(tmp_path, data_file, capsys, monkeypatch):
+def test_second_sigint_aborts_and_keeps_the_last_checkpoint(tmp_path, data_file, capsys, monkeypatch,
+                                                            sigint_at_start):
+    before = signal.getsignal(signal.SIGINT)
     _interrupt_at(monkeypatch, step=7, signals=2)  # the second signal raises KeyboardInterrupt
     status, _, err = run_main(capsys, "train", "--data", data_file, "--out", tmp_path, "--max-steps", 12, *FAST)
+    assert signal.getsignal(signal.SIGINT) == before  # ignored stays ignored once main returns
     assert status == EXIT_INTERRUPTED and err.count("\n") == 1 and "aborted by a second Ctrl-C" in err
     assert load_checkpoint(tmp_path / "ckpt.pt")["step"] == 4  # the last periodic checkpoint, intact
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -263,18 +284,18 @@ def test_second_sigint_aborts_and_keeps_the_last_checkpoint(tmp_path, data_file,
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_sigint_to_a_running_process(tmp_path, data_file):
+def test_sigint_to_a_running_process(tmp_path, data_file, sigint_at_start):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_lib", "train", "--data", str(data_file),
-                             "--out", str(out), "--max-steps", "100000", *FAST],
+    proc = subprocess.Popen([*sigint_at_start, sys.executable, "-m", "transformer_lib", "train", "--data",
+                             str(data_file), "--out", str(out), "--max-steps", "100000", *FAST],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PROCESS_TIMEOUT
         while not (out / "ckpt.pt").exists():  # the first checkpoint: training is under way
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=PROCESS_TIMEOUT)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_INTERRUPTED, err
@@ -748,14 +769,14 @@ def test_ctrl_c_while_loading_or_generating_is_130_and_one_line(finished_run, da
 
 
 @pytest.mark.subprocess
-def test_ctrl_c_during_generation_in_a_process(finished_run):
-    proc = subprocess.Popen([sys.executable, "-m", "transformer_lib", "generate", "--checkpoint", str(finished_run),
-                             "--prompt", "To", "--max-new-tokens", str(10**8), "--device", "cpu"],
+def test_ctrl_c_during_generation_in_a_process(finished_run, sigint_at_start):
+    proc = subprocess.Popen([*sigint_at_start, sys.executable, "-m", "transformer_lib", "generate", "--checkpoint",
+                             str(finished_run), "--prompt", "To", "--max-new-tokens", str(10**8), "--device", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.read(20)  # generation is under way
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=PROCESS_TIMEOUT)
     finally:
         proc.kill()
     _assert_one_line_error(proc.returncode, err.decode(), "interrupted", expected=EXIT_INTERRUPTED)
@@ -770,7 +791,7 @@ def test_a_closed_pipe_ends_generate_with_one_line(finished_run):
         assert proc.stdout.read(20)
         proc.stdout.close()  # as `| head -c 20` does
         err = proc.stderr.read().decode()
-        proc.wait(timeout=60)
+        proc.wait(timeout=PROCESS_TIMEOUT)
     finally:
         proc.kill()
     _assert_one_line_error(proc.returncode, err, "broken pipe", expected=EXIT_FAILURE)

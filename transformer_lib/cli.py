@@ -36,6 +36,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -490,30 +491,39 @@ def _process_group(device: str):
 
 
 @contextlib.contextmanager
+def _on_sigint(handler: Callable[[int, Any], None]):
+    """Run the body with ``handler`` for SIGINT, then put the previous disposition back.
+
+    Only the main thread may install signal handlers; elsewhere the body runs with SIGINT as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
 def _stop_on_sigint(second_interrupts: bool = True):
     """Make Ctrl-C set a flag; yield the flag's ``is_set``.
 
-    With ``second_interrupts``, the first Ctrl-C puts the previous handler back, so that a second
-    one interrupts at once. Under torchrun a worker gets SIGINT twice for one Ctrl-C (from the
-    terminal and forwarded by the launcher, which also kills workers that do not exit in time),
-    so there every SIGINT only sets the flag.
+    With ``second_interrupts``, the first Ctrl-C installs Python's default handler, so that a
+    second one raises ``KeyboardInterrupt`` at once. Under torchrun a worker gets SIGINT twice for
+    one Ctrl-C (from the terminal and forwarded by the launcher, which also kills workers that do
+    not exit in time), so there every SIGINT only sets the flag.
     """
     flag = threading.Event()
-    if threading.current_thread() is not threading.main_thread():  # signal handlers live there only
-        yield flag.is_set
-        return
-    previous = signal.getsignal(signal.SIGINT)
 
     def handler(signum, frame):
         flag.set()
         if second_interrupts:
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    signal.signal(signal.SIGINT, handler)
-    try:
+    with _on_sigint(handler):
         yield flag.is_set
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _training_bytes(config: GPTConfig, batch_size: int) -> tuple[int, int]:
@@ -679,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
             code = exit_.code
             return 0 if code is None else code if isinstance(code, int) else EXIT_USAGE
         prog = args.command_prog
-        return args.handler(args)
+        with _on_sigint(signal.default_int_handler):  # even where the process started with SIGINT ignored
+            return args.handler(args)
     except CLIError as err:
         _report(prog, str(err), err, every_rank=getattr(err, "every_rank", False))
         return err.status
