@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 import transformer_lib.multihead as multihead
 from transformer_lib.attention import causal_mask, padding_mask
+import transformer_lib.multihead as multihead
 from transformer_lib.multihead import MultiHeadAttention, _matmul_attention, merge_heads, split_heads
 
 # float32: eps 1.2e-7, outputs of order 1, different summation orders -> a few ulp; float64 likewise.
@@ -574,9 +575,20 @@ def test_matmul_attention_equals_sdpa_in_float64(is_causal):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
+def test_the_bfloat16_probe_reads_the_processor():
+    expected = any(getattr(torch.cpu, probe, lambda: False)()
+                   for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    assert multihead._cpu_has_bfloat16_matmul() is expected
+
+
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("autocast", [False, True])
-def test_bfloat16_on_cpu_matches_float32(is_causal, autocast):
+@pytest.mark.parametrize("bfloat16_matmul", [False, True], ids=["fused kernel", "two matmuls"])
+def test_bfloat16_on_cpu_matches_float32(is_causal, autocast, bfloat16_matmul, monkeypatch):
+    # Both answers of the probe, whichever this CPU gives: the fused kernel and the two matmuls.
+    monkeypatch.setattr(multihead, "_cpu_has_bfloat16_matmul", lambda: bfloat16_matmul)
+    calls = []
+    monkeypatch.setattr(multihead, "_matmul_attention", lambda *a: calls.append(1) or _matmul_attention(*a))
     # bfloat16 keeps 8 bits of mantissa: relative error about 4e-3 per rounding; outputs of order 1.
     mha32, _ = make_pair(torch.float32)
     x = make_inputs(torch.float32)[0]
@@ -587,7 +599,7 @@ def test_bfloat16_on_cpu_matches_float32(is_causal, autocast):
     else:
         mha16, _ = make_pair(torch.float32)
         out = mha16.to(torch.bfloat16)(x.to(torch.bfloat16), is_causal=is_causal)[0]
-    assert out.dtype == torch.bfloat16
+    assert out.dtype == torch.bfloat16 and len(calls) == bfloat16_matmul  # the path the probe chose
     torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)
 
 

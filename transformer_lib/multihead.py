@@ -11,6 +11,8 @@ __all__ = [
     "MultiHeadAttention",
 ]
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -128,6 +130,16 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v
+
+
+@functools.cache
+def _cpu_has_bfloat16_matmul() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX), as PyTorch detects it.
+
+    Without such instructions a bfloat16 matmul is emulated and the fused attention kernel is faster.
+    """
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # absent on other processors
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 def _check_input(where: str, name: str, x, like: Tensor, d_model: int) -> None:
@@ -331,7 +343,7 @@ class MultiHeadAttention(nn.Module):
             y = weights @ v
             if average_attn_weights:
                 weights = weights.mean(dim=1)
-        elif mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        elif mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu" and _cpu_has_bfloat16_matmul():
             y, weights = _matmul_attention(q, k, v, is_causal, dropout_p), None  # see "How fast is fused?"
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
