@@ -853,7 +853,7 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
     block_size = model.config.block_size
     model.to(c.device).train()
     device_type = torch.device(c.device).type  # "cpu", "cuda", ...: what torch.autocast expects
-    if c.optimizer == "muon":  # float32 Newton-Schulz: bfloat16 products are slow on most CPUs
+    if c.optimizer == "muon":  # float32 Newton-Schulz on a CPU: bfloat16 is fast there only with bfloat16 instructions
         optimizer = MuonWithAdamW(model, lr=c.lr, muon_lr=c.muon_lr, betas=c.betas, weight_decay=c.weight_decay,
                                   ns_dtype=torch.float32 if device_type == "cpu" else torch.bfloat16)
     else:
