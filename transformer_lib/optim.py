@@ -93,7 +93,8 @@ class Muon(torch.optim.Optimizer):
         eps: floor of the Frobenius norm in :func:`newton_schulz` (> 0).
         ns_steps: Newton-Schulz iterations, in [1, 99].
         adjust_lr_fn: None, ``"original"`` or ``"match_rms_adamw"``.
-        ns_dtype: the floating-point dtype of the iteration (bfloat16 as PyTorch; float32 is faster on CPUs).
+        ns_dtype: the floating-point dtype of the iteration (bfloat16 as PyTorch; which is faster on a CPU
+            depends on its bfloat16 instructions, and Chapter 20 times both).
 
     Raises:
         TypeError, ValueError: naming the argument, for a value of the wrong type or out of range, or
@@ -222,7 +223,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
         weight_decay: AdamW's decoupled weight decay of the 2-D parameters (>= 0).
         muon_weight_decay: Muon's decoupled weight decay (>= 0).
         momentum: Muon's momentum, in [0, 1).
-        ns_dtype: the dtype of Muon's Newton-Schulz iteration (bfloat16 as PyTorch; float32 is faster on CPUs).
+        ns_dtype: the dtype of Muon's Newton-Schulz iteration (bfloat16 as PyTorch; which is faster on a CPU
+            depends on its bfloat16 instructions, and Chapter 20 times both).
         head: names of the output modules that stay on AdamW, as for :func:`split_muon_params`.
 
     Raises:
