@@ -64,3 +64,15 @@ def test_check_path_output(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError, match="f: path: .*file is a file, not the directory"):
         check_path("f", "path", tmp_path / "file" / "new.json", kind="output")
+
+
+def test_check_path_outdir(tmp_path):
+    # a directory to write into: existing or not, nested or not, but never a file or below one
+    for p in (tmp_path, tmp_path / "new", tmp_path / "new" / "deeper"):
+        assert check_path("f", "out", p, kind="outdir") == p
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="f: out must be a directory, got the file .*file"):
+        check_path("f", "out", tmp_path / "file", kind="outdir")
+    with pytest.raises(NotADirectoryError, match="f: out .*file/a/b cannot be created: .*file is a file"):
+        check_path("f", "out", tmp_path / "file" / "a" / "b", kind="outdir")

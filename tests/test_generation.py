@@ -92,6 +92,17 @@ def test_top_p_filter_matches_hugging_face_warper():
         assert torch.equal(top_p_filter(z, p).isfinite(), ref.isfinite()), p
 
 
+@pytest.mark.parametrize("filt, arg", [(top_k_filter, 3), (top_p_filter, 0.5)])
+def test_filters_refuse_logits_that_are_not_floating_or_empty(filt, arg):
+    name = filt.__name__
+    with pytest.raises(TypeError, match=f"{name}: logits must be a floating-point tensor, got logits.dtype=torch.int64"):
+        filt(torch.tensor([1, 2, 3]), arg)  # topk of int64 works, the -inf fill would overflow
+    with pytest.raises(ValueError, match=f"{name}: logits"):
+        filt(torch.zeros(2, 0), arg)
+    with pytest.raises(TypeError, match=f"{name}: logits must be a tensor"):
+        filt([1.0, 2.0], arg)
+
+
 # ---------------------------------------------------------------- sample_next
 
 P6 = np.array([0.35, 0.25, 0.18, 0.12, 0.07, 0.03])

@@ -315,6 +315,17 @@ def test_save_pretrained_rejects_bad_arguments(tmp_path):
     with pytest.raises(TypeError, match="directory"):
         save_pretrained(make_model(), 3)
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="save_pretrained: directory must be a directory, got the file .*a_file"):
+        make_model().save_pretrained(tmp_path / "a_file")
+    with pytest.raises(NotADirectoryError, match="save_pretrained: directory .*a_file/run cannot be created"):
+        make_model().save_pretrained(tmp_path / "a_file" / "run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
+
+
+def test_save_pretrained_creates_missing_folders(tmp_path):
+    make_model().save_pretrained(tmp_path / "a" / "b")
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == [CONFIG_NAME, WEIGHTS_NAME]
 
 
 # --- bad files --------------------------------------------------------------------------------

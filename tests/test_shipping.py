@@ -52,6 +52,10 @@ def dynamic_export(onnx_packages, tmp_path_factory):
 
 def test_export_onnx_rejects_bad_arguments(tmp_path):
     model, path = make_model(), tmp_path / "m.onnx"
+    with pytest.raises(FileNotFoundError, match="export_onnx: path: no such directory: .*missing"):
+        export_onnx(model, tmp_path / "missing" / "m.onnx")
+    with pytest.raises(IsADirectoryError, match="export_onnx: path must be a file"):
+        export_onnx(model, tmp_path)
     with pytest.raises(TypeError, match="model"):
         export_onnx(torch.nn.Linear(2, 2), path)
     with pytest.raises(ValueError, match="batch_size"):

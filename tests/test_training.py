@@ -601,6 +601,10 @@ def test_save_checkpoint_errors(tmp_path, tiny_model, tiny_config):
             save_checkpoint(tmp_path / "c.pt", **{**kw, name: bad})
     with pytest.raises(TypeError, match="save_checkpoint: path"):
         save_checkpoint(None, **kw)
+    with pytest.raises(FileNotFoundError, match="save_checkpoint: path: no such directory: .*missing"):
+        save_checkpoint(tmp_path / "missing" / "c.pt", **kw)  # the folder is named, not a temporary file
+    with pytest.raises(IsADirectoryError, match="save_checkpoint: path must be a file"):
+        save_checkpoint(tmp_path, **kw)
     assert not list(tmp_path.iterdir())  # nothing written
 
 

@@ -228,7 +228,8 @@ def check_path(where: str, name: str, path, *, kind: str | None = None) -> Path:
     """``path`` (a ``str`` or ``os.PathLike``) as a ``Path``.
 
     ``kind="file"`` or ``"dir"``: it must exist as one; ``kind="output"``: a file to write, so not a
-    directory, and its parent directory must exist.
+    directory, and its parent directory must exist; ``kind="outdir"``: a directory to write into,
+    created if missing, so neither it nor the nearest of its ancestors that exists may be a file.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{where}: {name} must be a str or os.PathLike, got {type(path).__name__}")
@@ -241,9 +242,13 @@ def check_path(where: str, name: str, path, *, kind: str | None = None) -> Path:
         if p.parent.exists():
             raise NotADirectoryError(f"{where}: {name}: {os.fspath(p.parent)} is a file, not the directory of {os.fspath(p)}")
         raise FileNotFoundError(f"{where}: {name}: no such directory: {os.fspath(p.parent)} (to write {os.fspath(p)})")
-    if kind == "dir":
-        if p.exists() and not p.is_dir():
-            raise NotADirectoryError(f"{where}: {name} must be a directory, got the file {os.fspath(p)}")
-        if not p.is_dir():
-            raise FileNotFoundError(f"{where}: {name}: no such directory: {os.fspath(p)}")
+    if kind in ("dir", "outdir") and p.exists() and not p.is_dir():
+        raise NotADirectoryError(f"{where}: {name} must be a directory, got the file {os.fspath(p)}")
+    if kind == "dir" and not p.is_dir():
+        raise FileNotFoundError(f"{where}: {name}: no such directory: {os.fspath(p)}")
+    if kind == "outdir":
+        above = next((a for a in p.parents if a.exists()), None)
+        if above is not None and not above.is_dir():
+            raise NotADirectoryError(f"{where}: {name} {os.fspath(p)} cannot be created: "
+                                     f"{os.fspath(above)} is a file")
     return p

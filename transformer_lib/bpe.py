@@ -550,9 +550,7 @@ class ByteBPETokenizer:
             tuple[pathlib.Path, pathlib.Path]: the paths of ``vocab.json`` and ``merges.txt``.
         """
         where = "ByteBPETokenizer.save"
-        directory = check_path(where, "path", path)
-        if directory.exists() and not directory.is_dir():
-            raise NotADirectoryError(f"{where}: path must be a directory, got the file {os.fspath(directory)}")
+        directory = check_path(where, "path", path, kind="outdir")
         b2u = bytes_to_unicode()
         spell = lambda t: "".join(b2u[b] for b in t)
         table = {spell(t): i for t, i in self._vocab.items()}

@@ -31,16 +31,17 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
     distribution over the kept tokens.
 
     Args:
-        logits: (..., V) floating tensor of unnormalised log-probabilities, V >= 1 (not checked).
+        logits: (..., V) floating tensor of unnormalised log-probabilities, V >= 1.
         k: how many tokens to keep (>= 1); a ``k`` above V keeps all of them.
 
     Returns:
         (..., V) tensor with the dtype of ``logits``: the kept logits unchanged, the others ``-inf``.
 
     Raises:
-        TypeError: if ``k`` is not an int.
-        ValueError: if ``k < 1``.
+        TypeError: if ``logits`` is not a floating-point tensor, or ``k`` is not an int.
+        ValueError: if ``k < 1``, or ``logits`` has a dimension of size 0.
     """
+    check_tensor("top_k_filter", "logits", logits, floating=True, nonempty=True)
     k = min(check_int("top_k_filter", "k", k, minimum=1), logits.size(-1))
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -54,16 +55,17 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     float32 at least.
 
     Args:
-        logits: (..., V) floating tensor of unnormalised log-probabilities, V >= 1 (not checked).
+        logits: (..., V) floating tensor of unnormalised log-probabilities, V >= 1.
         p: the probability the kept tokens must reach, in (0, 1].
 
     Returns:
         (..., V) tensor with the dtype of ``logits``: the kept logits unchanged, the others ``-inf``.
 
     Raises:
-        TypeError: if ``p`` is not a number.
-        ValueError: if ``p`` is outside (0, 1].
+        TypeError: if ``logits`` is not a floating-point tensor, or ``p`` is not a number.
+        ValueError: if ``p`` is outside (0, 1], or ``logits`` has a dimension of size 0.
     """
+    check_tensor("top_p_filter", "logits", logits, floating=True, nonempty=True)
     p = check_float("top_p_filter", "p", p, minimum=0.0, maximum=1.0, min_open=True)
     if p == 1.0:
         return logits.clone()

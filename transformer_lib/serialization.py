@@ -128,12 +128,13 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *,
         TypeError: if ``model`` is not a GPT, its tensors do not share one floating dtype, or
             ``metadata`` is not a mapping of str to str.
         ValueError: if ``metadata`` uses a reserved key.
+        NotADirectoryError: if ``directory``, or the nearest of its ancestors that exists, is a file.
     """
     where = "save_pretrained"
     if not isinstance(model, nn.Module) or not isinstance(getattr(model, "config", None), GPTConfig):
         raise TypeError(f"{where}: model must be a GPT (a module whose config is a GPTConfig), "
                         f"got {type(model).__name__}")
-    directory = check_path(where, "directory", directory)
+    directory = check_path(where, "directory", directory, kind="outdir")
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()

@@ -117,11 +117,13 @@ def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq
         TypeError: if ``model`` is not a :class:`~transformer_lib.gpt.GPT` or an argument has the
             wrong type.
         ValueError: if ``batch_size``, ``seq_len`` or ``opset`` is out of range.
+        IsADirectoryError, FileNotFoundError, NotADirectoryError: if ``path`` is a directory, or its
+            folder is missing or a file (the message names it).
     """
     where = "export_onnx"
     if not isinstance(model, GPT):
         raise TypeError(f"{where}: model must be a GPT, got {type(model).__name__}")
-    path = check_path(where, "path", path)
+    path = check_path(where, "path", path, kind="output")
     dynamic = check_bool(where, "dynamic", dynamic)
     low, block_size = (2 if dynamic else 1), model.config.block_size
     batch_size = check_int(where, "batch_size", batch_size, minimum=low)

@@ -555,9 +555,11 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         TypeError: if an argument has the wrong type, ``metrics`` holds another kind of value (the
             message gives its key), or the model's state dict holds something other than tensors.
         ValueError: if ``step`` is negative.
+        IsADirectoryError, FileNotFoundError, NotADirectoryError: if ``path`` is a directory, or its
+            folder is missing or a file (the message names it).
     """
     w = "save_checkpoint"
-    path = check_path(w, "path", path)
+    path = check_path(w, "path", path, kind="output")
     _check_types(w, model=(model, nn.Module), optimizer=(optimizer, torch.optim.Optimizer),
                  model_config=(model_config, GPTConfig), train_config=(train_config, TrainConfig),
                  generator=(generator, torch.Generator), metrics=(metrics, (dict, type(None))))
@@ -817,9 +819,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     ddp = dist.is_available() and dist.is_initialized()  # a process group, as under torchrun
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
     if out_dir is not None:
-        out_dir = check_path(w, "out_dir", out_dir)
-        if out_dir.exists() and not out_dir.is_dir():
-            raise NotADirectoryError(f"{w}: out_dir must be a directory, got the file {os.fspath(out_dir)}")
+        out_dir = check_path(w, "out_dir", out_dir, kind="outdir")
         if rank == 0:
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
