@@ -4,7 +4,7 @@ a module's input, devices of this machine, files to write)."""
 import pytest
 import torch
 
-from transformer_lib._checks import check_device, check_like, check_path
+from transformer_lib._checks import check_device, check_like, check_memory, check_path, format_bytes
 
 
 def test_check_like_accepts_the_reference_dtype_and_device():
@@ -76,3 +76,17 @@ def test_check_path_outdir(tmp_path):
         check_path("f", "out", tmp_path / "file", kind="outdir")
     with pytest.raises(NotADirectoryError, match="f: out .*file/a/b cannot be created: .*file is a file"):
         check_path("f", "out", tmp_path / "file" / "a" / "b", kind="outdir")
+
+
+def test_format_bytes():
+    assert [format_bytes(n) for n in (0, 1023, 1024, 3 * 2**30 // 2, 2**60)] == [
+        "0 bytes", "1,023 bytes", "1.0 KiB", "1.5 GiB", "1,024.0 PiB"]
+
+
+def test_check_memory_refuses_what_cannot_fit_and_allows_what_can():
+    check_memory("f", "a small tensor", 1024)  # the CPU, by default
+    check_memory("f", "a small tensor", 1024, "cpu")
+    with pytest.raises(ValueError, match=r"f: 2 x 10\*\*18 numbers would need 1,776.4 PiB, more than the "
+                                         r".* of memory of the device cpu"):
+        check_memory("f", "2 x 10**18 numbers", 2 * 10**18, torch.device("cpu"))
+    check_memory("f", "shapes only", 2 * 10**18, "meta")  # no memory to run out of: never refused

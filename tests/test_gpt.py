@@ -98,6 +98,15 @@ def test_gpt_structure_and_weight_tying():
     assert model.lm_head.weight[3, 0] == 7.0
 
 
+def test_gpt_refuses_a_configuration_that_cannot_fit_before_allocating():
+    huge = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=10**12, vocab_size=50)  # 3.2e13 positions' weights
+    with pytest.raises(ValueError, match=r"GPT: the parameters of GPTConfig\(n_layer=1, n_embd=32, "
+                                         r"block_size=1000000000000, vocab_size=50\) would need .*TiB, more than"):
+        GPT(huge)
+    with torch.device("meta"):  # shapes without data: nothing to allocate, so nothing is refused
+        assert GPT(huge).wpe.weight.shape == (10**12, 32)
+
+
 def test_gpt_rejects_a_non_config():
     with pytest.raises(TypeError, match="GPT: config must be a GPTConfig, got config=dict"):
         GPT({"n_layer": 2})

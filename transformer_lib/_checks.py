@@ -23,6 +23,8 @@ __all__ = [
     "check_like",
     "check_device",
     "check_path",
+    "format_bytes",
+    "check_memory",
 ]
 
 import math
@@ -252,3 +254,37 @@ def check_path(where: str, name: str, path, *, kind: str | None = None) -> Path:
             raise NotADirectoryError(f"{where}: {name} {os.fspath(p)} cannot be created: "
                                      f"{os.fspath(above)} is a file")
     return p
+
+
+def _device_memory(device: torch.device) -> int | None:
+    """The bytes a new tensor on ``device`` can use at most: the physical memory for the CPU, the free
+    memory of a CUDA device; None where it is not known (no ``sysconf``, no CUDA, another device)."""
+    try:
+        if device.type == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        pass
+    return None
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes for a reader: ``512 bytes``, ``1.5 GiB``, ``2,048.0 PiB``."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:,} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
+def check_memory(where: str, what: str, nbytes: int, device: str | torch.device | None = None) -> None:
+    """Refuse, before allocating them, ``nbytes`` of tensors that cannot fit in ``device``'s memory.
+
+    ``what`` names what would be allocated and the arguments that sized it; ``device`` None is the
+    CPU. Where the memory is unknown, nothing is refused: the allocator then has the last word.
+    """
+    device = torch.device("cpu" if device is None else device)
+    memory = _device_memory(device)
+    if memory is not None and nbytes > memory:
+        raise ValueError(f"{where}: {what} would need {format_bytes(nbytes)}, more than the "
+                         f"{format_bytes(memory)} of memory of the device {device}")

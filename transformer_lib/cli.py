@@ -41,7 +41,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from transformer_lib._checks import check_device, check_float, check_int, describe
+from transformer_lib._checks import check_device, check_float, check_int, check_memory, describe, format_bytes
 from transformer_lib.config import GPT_PRESETS, GPTConfig, gpt_param_count
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.evaluate import evaluate_split
@@ -312,32 +312,12 @@ def _available(device: torch.device | None) -> str:
     return str(device)
 
 
-def _memory_bytes(device: str) -> int | None:
-    """The memory of ``device``: the GPU's, else the machine's physical memory; None where unknown."""
-    try:
-        d = torch.device(device)
-        if d.type == "cuda":
-            return torch.cuda.get_device_properties(d.index if d.index is not None else 0).total_memory
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError, RuntimeError):
-        return None
-
-
-def _size(n: float) -> str:
-    """``n`` bytes for a reader: 1.5 GiB, 72.8 TiB."""
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} TiB"
-
-
 def _check_fits(need: int, device: str, what: str) -> None:
     """Refuse (CLIError) a budget of ``need`` bytes that cannot fit in the memory of ``device``."""
-    have = _memory_bytes(device)
-    if have is not None and need > have:
-        raise CLIError(f"{what} needs at least {_size(need)}, more than the {_size(have)} of memory of "
-                       f"{device}; nothing was allocated")
+    try:
+        check_memory("not enough memory", what, need, device)
+    except ValueError as err:
+        raise CLIError(f"{err}; nothing was allocated") from None
 
 
 def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
@@ -568,9 +548,9 @@ def train_command(args: argparse.Namespace) -> int:
                        f"needs at least {need} (10 x (block_size + 1), for the 10 % validation split)")
     weights, activations = _training_bytes(model_config, train_config.batch_size)
     _check_fits(weights + activations, train_config.device,
-                f"training {gpt_param_count(model_config):,} parameters ({_size(weights)} with their gradients "
+                f"training {gpt_param_count(model_config):,} parameters ({format_bytes(weights)} with their gradients "
                 f"and AdamW moments) on batches of --batch-size {train_config.batch_size} x block_size "
-                f"{model_config.block_size} ({_size(activations)} of activations)")
+                f"{model_config.block_size} ({format_bytes(activations)} of activations)")
     with _stage("preparing the data"):
         train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long), 0.1)
 

@@ -13,13 +13,14 @@ __all__ = [
     "generate",
 ]
 
-import os
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
 
-from transformer_lib._checks import check_bool, check_device, check_float, check_int, check_tensor, describe
+from transformer_lib._checks import (
+    check_bool, check_device, check_float, check_int, check_memory, check_tensor, describe,
+)
 from transformer_lib.utils import eval_mode
 
 
@@ -181,37 +182,6 @@ def _kv_cache_geometry(model: nn.Module) -> tuple[int, int, int]:
     return c.n_layer, c.n_head, c.n_embd // c.n_head
 
 
-def _device_memory(device: torch.device) -> int | None:
-    """The bytes a tensor on ``device`` can use at most: the physical memory for the CPU, the free
-    memory of a CUDA device; None where it is not known."""
-    try:
-        if device.type == "cpu":
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if device.type == "cuda":
-            return torch.cuda.mem_get_info(device)[0]
-    except (AttributeError, ValueError, OSError, RuntimeError):  # no sysconf, or no CUDA here
-        pass
-    return None
-
-
-def _format_bytes(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:,} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1024
-
-
-def _check_fits(where: str, what: str, nbytes: int, device: torch.device | None) -> None:
-    """Refuse, before allocating it, ``nbytes`` of tensors that cannot fit in ``device``'s memory."""
-    device = torch.device("cpu") if device is None else device
-    memory = _device_memory(device)
-    if memory is not None and nbytes > memory:
-        raise ValueError(
-            f"{where}: {what} would need {_format_bytes(nbytes)}, more than the {_format_bytes(memory)} of "
-            f"memory of the device {device}"
-        )
-
-
 class _LayerKVCache:
     """One layer's part of a :class:`KVCache`; ``update(k, v)`` appends in place."""
 
@@ -301,7 +271,7 @@ class KVCache:
         for size in shape:
             numel *= size
         nbytes = 2 * numel * dtype.itemsize
-        _check_fits("KVCache", f"the keys and values, 2 x {' x '.join(map(str, shape))} {dtype} numbers", nbytes, device)
+        check_memory("KVCache", f"the keys and values, 2 x {' x '.join(map(str, shape))} {dtype} numbers", nbytes, device)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self._layers = [_LayerKVCache(self.k[i], self.v[i]) for i in range(n_layer)]
@@ -472,8 +442,8 @@ def generate(
     if use_cache and max_new_tokens > 0:  # KVCache.for_model: keys and values of every layer
         n_layer, n_head, d_head = _kv_cache_geometry(model)
         need += 2 * n_layer * B * cache_len * n_head * d_head * _first_weight(model, where).element_size()
-    _check_fits(where, f"max_new_tokens={max_new_tokens} (a {B} x {T + max_new_tokens} int64 output"
-                + (" and the KV cache)" if use_cache and max_new_tokens > 0 else ")"), need, device)
+    check_memory(where, f"max_new_tokens={max_new_tokens} (a {B} x {T + max_new_tokens} int64 output"
+                 + (" and the KV cache)" if use_cache and max_new_tokens > 0 else ")"), need, device)
 
     with eval_mode(model), torch.inference_mode():
         seq = torch.empty(B, T + max_new_tokens, dtype=torch.int64, device=device)

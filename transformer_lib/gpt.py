@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib import generation, serialization
-from transformer_lib._checks import check_device, check_path, check_tensor
+from transformer_lib._checks import check_device, check_memory, check_path, check_tensor
 from transformer_lib.block import LayerNorm, TransformerBlock
-from transformer_lib.config import GPTConfig
+from transformer_lib.config import GPTConfig, gpt_param_count
 from transformer_lib.embeddings import LearnedPositionalEmbedding, rope_angles
 from transformer_lib.gpt2 import GPT2_CHECKPOINTS, load_gpt2_weights, load_hf_gpt2_state_dict
 
@@ -58,6 +58,8 @@ class GPT(nn.Module):
 
     Raises:
         TypeError: if ``config`` is not a :class:`~transformer_lib.config.GPTConfig`.
+        ValueError: if the parameters cannot fit in the memory of the default device (checked before
+            anything is allocated, so ``block_size=10**12`` fails here, not in the allocator).
     """
 
     def __init__(self, config: GPTConfig):
@@ -65,6 +67,9 @@ class GPT(nn.Module):
         if not isinstance(config, GPTConfig):
             raise TypeError(f"GPT: config must be a GPTConfig, got config={type(config).__name__}")
         c = self.config = config
+        check_memory("GPT", f"the parameters of GPTConfig(n_layer={c.n_layer}, n_embd={c.n_embd}, block_size="
+                     f"{c.block_size}, vocab_size={c.vocab_size})", gpt_param_count(c) * torch.get_default_dtype().itemsize,
+                     torch.get_default_device())
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
         self.wpe = LearnedPositionalEmbedding(c.block_size, c.n_embd) if c.position == "learned" else None
         if c.position == "rope":  # buffers follow .to(device); not saved, since they follow from the config
