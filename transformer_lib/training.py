@@ -258,6 +258,11 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, max
         raise ValueError(
             f"{w}: max_steps must be > warmup_steps, got max_steps={max_steps} and warmup_steps={warmup_steps}"
         )
+    return _cosine_lr(step, max_lr, min_lr, warmup_steps, max_steps)
+
+
+def _cosine_lr(step: int, max_lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
+    """:func:`cosine_lr` on arguments already checked (by it, or by :class:`TrainConfig` once per run)."""
     if step < warmup_steps:
         return max_lr * (step + 1) / (warmup_steps + 1)
     if step >= max_steps:
@@ -894,7 +899,7 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
 
     def lr_at(step: int) -> float:
         if c.time_budget == 0 and c.schedule == "cosine":
-            return cosine_lr(step, max_lr=c.lr, min_lr=c.min_lr, warmup_steps=c.warmup_steps, max_steps=c.max_steps)
+            return _cosine_lr(step, c.lr, c.min_lr, c.warmup_steps, c.max_steps)  # checked by TrainConfig
         if step < c.warmup_steps:
             return c.lr * (step + 1) / (c.warmup_steps + 1)
         done = min(1.0, train_time / c.time_budget if c.time_budget else step / c.max_steps)  # of the run
