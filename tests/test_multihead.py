@@ -7,7 +7,6 @@ import torch.nn.functional as F
 
 import transformer_lib.multihead as multihead
 from transformer_lib.attention import causal_mask, padding_mask
-import transformer_lib.multihead as multihead
 from transformer_lib.multihead import MultiHeadAttention, _matmul_attention, merge_heads, split_heads
 
 # float32: eps 1.2e-7, outputs of order 1, different summation orders -> a few ulp; float64 likewise.
