@@ -162,7 +162,7 @@ def add_cell(chapter: Path, source: str) -> None:
 
 def test_a_cell_can_export_to_another_module_which_names_both_chapters(repo_copy: Path):
     chapters = sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))
-    add_cell(chapters[0], "#| export extra_mod\nFIRST_PART = 1")
+    add_cell(chapters[0], '#| export extra_mod\n"""Parts for a test (a module says what it holds)."""\nFIRST_PART = 1')
     add_cell(chapters[1], "#| export extra_mod\nSECOND_PART = 2")
     assert run_export(repo_copy).returncode == 0
     module = (repo_copy / "transformer_lib" / "extra_mod.py").read_text(encoding="utf-8")
@@ -174,7 +174,7 @@ def test_a_cell_can_export_to_another_module_which_names_both_chapters(repo_copy
 
 def test_imports_of_a_later_chapter_join_the_top_of_the_module(repo_copy: Path):
     chapters = sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))
-    add_cell(chapters[0], "#| export extra_mod\nimport math\n\nFIRST = math.pi")
+    add_cell(chapters[0], '#| export extra_mod\n"""Parts for a test."""\nimport math\n\nFIRST = math.pi')
     add_cell(chapters[1], "#| export extra_mod\nimport math\nimport json\n\nSECOND = json.dumps(1)")
     assert run_export(repo_copy).returncode == 0
     module = (repo_copy / "transformer_lib" / "extra_mod.py").read_text(encoding="utf-8")
@@ -231,3 +231,415 @@ def test_no_import_cycles_and_no_function_local_imports():
 
     for name in graph:
         visit(name, [])
+
+
+# ---------------------------------------------------------------- later chapters add to earlier code
+# These tests run the exporter in-process on a small book of their own: a few chapters in a temporary
+# directory, so that each convention is checked on code written for it.
+
+import importlib.util
+import textwrap
+
+
+@pytest.fixture
+def exporter(tmp_path: Path, monkeypatch):
+    """tools/export.py, loaded as a module whose repository root is an empty temporary directory."""
+    spec = importlib.util.spec_from_file_location("export_under_test", ROOT / "tools" / "export.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "book").mkdir()
+    (tmp_path / "transformer_lib").mkdir()
+    (tmp_path / "_config.yml").write_text("repository:\n  url: https://github.com/x/y\n  branch: main\n")
+    (tmp_path / "pyproject.toml").write_text('version = "0.0.1"\n')
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "BOOK", tmp_path / "book")
+    monkeypatch.setattr(module, "PACKAGE", tmp_path / "transformer_lib")
+    return module
+
+
+def write_chapter(root: Path, name: str, module: str | None, *cells: str, doc: str = "Things for a test.") -> Path:
+    """A chapter `book/<name>.md` with a setup cell and the given code cells."""
+    setup = "# pip install git+https://github.com/x/y@main\n"
+    if module:
+        setup = f"#| default_exp {module}\n#| module_doc {doc}\n" + setup
+    parts = ["---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n---\n",
+             f"# {name}\n", "```{code-cell} ipython3\n" + setup + "```\n"]
+    parts += ["```{code-cell} ipython3\n" + textwrap.dedent(c).strip("\n") + "\n```\n" for c in cells]
+    path = root / "book" / f"{name}.md"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
+def generated(exporter, module: str) -> str:
+    return exporter.planned_outputs()[exporter.PACKAGE / f"{module}.py"]
+
+
+def export_error(exporter) -> str:
+    with pytest.raises(exporter.ExportError) as err:
+        exporter.planned_outputs()
+    return str(err.value)
+
+
+def load(source: str) -> dict:
+    """Run a generated module (standard-library imports only) and return its namespace."""
+    namespace: dict = {}
+    exec(compile(source, "<generated>", "exec"), namespace)
+    return namespace
+
+
+BASE_CLASS = '''
+    #| export
+    import dataclasses
+
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        """A configuration.
+
+        Args:
+            width: how wide (>= 1).
+            depth: how deep (>= 1).
+
+        Raises:
+            ValueError: if a field is out of range.
+        """
+
+        width: int = 4
+        depth: int = 2
+
+        def __post_init__(self):
+            where = "Config"
+            for name in ("width", "depth"):
+                if getattr(self, name) < 1:
+                    raise ValueError(f"{where}: {name} must be >= 1")
+
+        def area(self) -> int:
+            return self.width * self.depth
+
+
+    class Layer:
+        """A layer.
+
+        Args:
+            size: its size.
+        """
+
+        def __init__(self, size: int, *, scale: float = 1.0):
+            where = "Layer"
+            self.size = size
+            self.scale = scale
+
+        def describe(self) -> str:
+            """What the layer is."""
+            return f"size={self.size}"
+
+
+    def make(config: Config) -> Layer:
+        """A layer for ``config``."""
+        return Layer(config.width)
+
+
+    PRESETS = {
+        "small": dict(width=2),
+        "large": dict(width=8),
+    }
+'''
+
+
+def test_add_to_class_appends_a_method_to_the_class_of_another_chapter(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        from base import Layer
+        from transformer_lib.utils import add_to_class
+
+
+        # the volume, for a test
+        @add_to_class(Layer)
+        def volume(self) -> float:
+            """The size times the scale."""
+            return self.size * self.scale
+    ''')
+    out = generated(exporter, "base")
+    assert "add_to_class" not in out and "from base import" not in out
+    assert "\n    # the volume, for a test\n    def volume(self) -> float:\n" in out
+    assert out.index("def describe") < out.index("def volume") < out.index("def make")
+    assert '"volume"' not in out  # a method, not a name of the module
+    assert "book/02_later.md" in out.splitlines()[0]  # the module names the chapter that added to it
+    assert load(out)["Layer"](3, scale=2.0).volume() == 6.0
+
+
+def test_add_to_class_refuses_to_replace_silently_and_replace_true_replaces_in_place(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    later = write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        @add_to_class(Layer)
+        def describe(self) -> str:
+            return f"size={self.size}, scale={self.scale}"
+    ''')
+    message = export_error(exporter)
+    assert "02_later.md" in message and "already has `describe`" in message and "replace=True" in message
+
+    later.write_text(later.read_text().replace("@add_to_class(Layer)", "@add_to_class(Layer, replace=True)"))
+    out = generated(exporter, "base")
+    assert out.count("def describe") == 1 and out.index("def describe") < out.index("def make")
+    assert load(out)["Layer"](3).describe() == "size=3, scale=1.0"
+
+    later.write_text(later.read_text().replace("def describe", "def explain"))
+    assert "has no method `explain` to replace" in export_error(exporter)
+
+
+def test_extend_adds_a_parameter_its_check_and_its_documentation(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        @add_to_class(Layer, extend=True)
+        def __init__(self, *args, norm: bool = False, **kwargs):
+            """Args:
+                norm: normalise the output.
+            """
+            where = "Layer"
+            if not isinstance(norm, bool):
+                raise TypeError(f"{where}: norm must be a bool")
+            self.norm = norm
+    ''')
+    out = generated(exporter, "base")
+    assert "def __init__(self, size: int, *, scale: float = 1.0, norm: bool = False):" in out
+    assert out.count('where = "Layer"') == 1  # the repeated set-up line is dropped
+    assert "        size: its size.\n        norm: normalise the output.\n" in out  # the class's Args
+    Layer = load(out)["Layer"]
+    assert Layer(2).norm is False and Layer(2, norm=True).norm is True
+    with pytest.raises(TypeError, match="Layer: norm must be a bool"):
+        Layer(2, norm=1)
+
+
+def test_a_method_that_returns_cannot_be_extended(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        @add_to_class(Layer, extend=True)
+        def describe(self, *args, **kwargs):
+            print("more")
+    ''')
+    assert "returns a value" in export_error(exporter)
+
+
+def test_fields_go_where_after_says_with_their_docs_and_validation(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        @add_to_class(Config)
+        class Config:
+            """Args:
+                ratio: a ratio in (0, 1].
+            """
+
+            #| after width
+            ratio: float = 0.5
+
+
+        @add_to_class(Config)
+        class Config:
+            """Args:
+                name: a label.
+            """
+
+            name: str = "x"
+
+
+        @add_to_class(Config, extend=True)
+        def __post_init__(self):
+            where = "Config"
+            if not 0 < self.ratio <= 1:
+                raise ValueError(f"{where}: ratio must be in (0, 1], got {self.ratio}")
+    ''')
+    out = generated(exporter, "base")
+    Config = load(out)["Config"]
+    assert [f.name for f in __import__("dataclasses").fields(Config)] == ["width", "ratio", "depth", "name"]
+    assert Config().ratio == 0.5
+    with pytest.raises(ValueError, match=r"Config: ratio must be in \(0, 1\], got 2"):
+        Config(ratio=2)
+    with pytest.raises(ValueError, match="Config: width must be >= 1"):  # the earlier checks still run
+        Config(width=0)
+    doc = Config.__doc__
+    assert doc.index("width:") < doc.index("ratio:") < doc.index("depth:") < doc.index("name:") < doc.index("Raises:")
+    assert "#| after" not in out
+
+
+def test_replaces_swaps_a_function_in_place_and_an_unmarked_duplicate_is_an_error(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    later = write_chapter(tmp_path, "02_later", "later", '''
+        #| export
+        import math
+
+        from base import Config, Layer, make
+        from transformer_lib.utils import replaces
+
+
+        @replaces(make)
+        def make(config: Config) -> Layer:
+            """A layer for ``config``, scaled by the square root of its depth."""
+            return Layer(config.width, scale=math.sqrt(config.depth))
+    ''')
+    out = generated(exporter, "base")
+    assert out.count("def make(") == 1 and out.index("class Layer") < out.index("def make(") < out.index("PRESETS = {")
+    assert "\nimport dataclasses\nimport math\n" in out  # the patch's import joined the block, sorted
+    assert "replaces" not in out
+    ns = load(out)
+    assert ns["make"](ns["Config"](depth=4)).scale == 2.0
+    assert exporter.PACKAGE / "later.py" not in exporter.planned_outputs()  # nothing else went to `later`
+
+    later.write_text(later.read_text().replace("@replaces(make)\n", "").replace("#| export\n", "#| export base\n"))
+    message = export_error(exporter)
+    assert "`make` is defined twice" in message and "@replaces(make)" in message
+
+
+def test_an_item_joins_the_dict_of_an_earlier_chapter(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    later = write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        from base import PRESETS
+
+        #| after small
+        # a medium one
+        PRESETS["medium"] = dict(
+            width=4,
+            depth=3,
+        )
+    ''')
+    out = generated(exporter, "base")
+    assert '    "small": dict(width=2),\n    # a medium one\n    "medium": dict(\n        width=4,\n' in out
+    assert list(load(out)["PRESETS"]) == ["small", "medium", "large"]
+
+    later.write_text(later.read_text().replace('PRESETS["medium"]', 'PRESETS["large"]'))
+    assert "already has the key 'large'" in export_error(exporter)
+
+
+def test_a_chapters_own_dict_item_stays_code(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS, '''
+        #| export
+        PRESETS["tiny"] = dict(width=1)
+    ''')
+    out = generated(exporter, "base")
+    assert 'PRESETS["tiny"] = dict(width=1)' in out and list(load(out)["PRESETS"])[-1] == "tiny"
+
+
+def test_a_patch_needs_exactly_one_module_that_defines_its_target(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        @add_to_class(Missing)
+        def f(self):
+            pass
+    ''')
+    assert "`Missing` is defined in no module" in export_error(exporter)
+
+
+def test_imports_are_one_sorted_block_and_the_module_doc_is_the_docstring(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", '''
+        #| export
+        import sys
+        from transformer_lib.other import Thing, CONSTANT, helper
+        import torch
+        import os
+
+        X = 1
+    ''', '''
+        #| export
+        import json
+        from collections.abc import Mapping
+        from transformer_lib.other import another
+        import numpy as np
+
+        Y = 2
+    ''', doc="The things of the test: X and Y.")
+    out = generated(exporter, "base")
+    block = out[out.index("]\n\n") + 3 : out.index("X = 1")].strip()
+    assert block == (
+        "import json\nimport os\nimport sys\nfrom collections.abc import Mapping\n\n"
+        "import numpy as np\nimport torch\n\n"
+        "from transformer_lib.other import CONSTANT, Thing, another, helper"
+    )
+    assert out.split("\n")[2] == '"""The things of the test: X and Y.'
+
+
+def test_a_module_without_a_docstring_is_an_error(exporter, tmp_path):
+    path = write_chapter(tmp_path, "01_base", "base", "#| export\nX = 1")
+    path.write_text(path.read_text().replace("#| module_doc Things for a test.\n", ""))
+    message = export_error(exporter)
+    assert "transformer_lib/base.py: no docstring" in message and "#| module_doc" in message
+
+
+def test_add_to_class_and_replaces_at_run_time():
+    """In a notebook the decorators change the class and the module, as the exporter does in the library."""
+    import dataclasses
+    import types
+
+    from transformer_lib.utils import add_to_class, replaces
+
+    class Layer:
+        def __init__(self, size, *, scale=1.0):
+            self.size, self.scale = size, scale
+
+    @add_to_class(Layer, extend=True)
+    def __init__(self, *args, norm: bool = False, **kwargs):
+        self.norm = norm
+
+    @add_to_class(Layer)
+    def volume(self):
+        return self.size * self.scale
+
+    layer = Layer(3, scale=2.0, norm=True)
+    assert (layer.size, layer.scale, layer.norm, layer.volume()) == (3, 2.0, True, 6.0)
+    assert Layer(1).norm is False
+
+    module = types.ModuleType("fake_module")
+    exec("def make(x):\n    return x\n\ndef twice(x):\n    return 2 * make(x)\n", module.__dict__)
+    __import__("sys").modules["fake_module"] = module
+    try:
+        @replaces(module.make)
+        def make(x):
+            return x + 1
+
+        assert module.twice(1) == 4  # the module's own code calls the new version
+    finally:
+        del __import__("sys").modules["fake_module"]
+
+    @dataclasses.dataclass
+    class Config:
+        width: int = 4
+
+    @add_to_class(Config)
+    class Config:  # noqa: F811 - the fields the exporter writes into the dataclass; here they are checked
+        width: int = 4
+
+    with pytest.raises(TypeError, match="has no field depth"):
+        @add_to_class(Config)
+        class Extra:
+            depth: int = 2
+
+
+def test_generated_modules_use_no_undefined_names():
+    """A patch cell that forgets an import would leave a name undefined in the module it goes to."""
+    pyflakes = pytest.importorskip("pyflakes.api")
+    from pyflakes.messages import UndefinedName
+    from pyflakes.reporter import Reporter
+
+    class Collect(Reporter):
+        def __init__(self):
+            self.found = []
+
+        def flake(self, message):
+            if isinstance(message, UndefinedName):
+                self.found.append(str(message))
+
+        def unexpectedError(self, filename, msg):
+            self.found.append(f"{filename}: {msg}")
+
+        def syntaxError(self, filename, msg, lineno, offset, text):
+            self.found.append(f"{filename}:{lineno}: {msg}")
+
+    reporter = Collect()
+    for path in sorted((ROOT / "transformer_lib").glob("*.py")):
+        pyflakes.check(path.read_text(encoding="utf-8"), str(path), reporter)
+    assert not reporter.found, reporter.found

@@ -9,6 +9,14 @@ The chapters (`book/NN_name.md`, jupytext MyST notebooks) are the source of trut
   to `transformer_lib/<other>.py` instead. A module may gather cells from several
   chapters, in reading order; its header names every chapter it comes from.
 - Public names (top level, no leading underscore) become the module's `__all__`.
+- Each module's docstring says what it holds: a line `#| module_doc <sentence>` in a code cell of
+  the chapter (by convention its setup cell, next to `#| default_exp`) describes the chapter's
+  default module; otherwise the module's first exported cell opens with a docstring. One of the
+  two is required. A list of the chapters the module comes from follows.
+- Imports: the imports a cell opens with (after its docstring) are gathered, from every cell of the
+  module, into one import block at the top, merged and sorted as isort does (standard library,
+  third party, `transformer_lib`; `import x` before `from x import y`; the names of one `from`
+  import merged). Imports of the module itself and of names it defines are dropped.
 - The top level of the package is curated: a line `#| api` right below the export line
   re-exports every public name of that cell from `transformer_lib/__init__.py`, and
   `#| api A B` only the names listed. Everything else stays importable from its module.
@@ -27,6 +35,57 @@ The chapters (`book/NN_name.md`, jupytext MyST notebooks) are the source of trut
   `_config.yml` names; a fork changes the URL there and this script rewrites the
   install line in every chapter.
 
+A later chapter adds to what an earlier one defined from its own cells, where the idea is taught,
+so that an early chapter never shows a later feature and the library still has one implementation
+of everything (after d2l's `add_to_class` and fastcore's `@patch`). Each such *patch* is code that
+also runs in the chapter's notebook (the decorators are in `transformer_lib.utils`, Chapter 1); the
+exporter finds its target by name, in whichever module defines it, and writes the code there:
+
+- `@add_to_class(Cls)` on a function: the function, without the decorator, becomes a method of
+  the class `Cls`, appended to the class body (or after the member a line `#| after NAME` right
+  above it names). Adding a method the class already has is an error: `replace=True` replaces
+  the existing method in place, `extend=True` appends the function's body to it. An extension is
+  `def name(self, *args, <new keyword-only parameters>, **kwargs)`: its new parameters join the
+  method's signature, its docstring merges into the method's (an `__init__` without one: into
+  the class docstring), and its body's opening lines that repeat a line of the method's body
+  (`where = "GPTConfig"`) are dropped, so that it can run on its own in the notebook. The method
+  must not return a value (the extension could not run after it).
+- `@add_to_class(Cls)` on a class: its annotated assignments become fields of the dataclass `Cls`,
+  after its last field or after the field a line `#| after NAME` above names (the next fields
+  follow the previous one); its docstring merges into the class docstring, each `Args:` entry
+  after the entry of the field before it. Validation of the new fields is an extension of
+  `__post_init__`. In the notebook the decorator only checks that the class has the fields.
+- `@replaces(f)` on a function: it replaces the top-level function `f`, in place, in the module
+  that defines it (and in the notebook it takes `f`'s place in `f`'s module).
+- `NAME[key] = value` at the top level of a cell, where `NAME` is a dict display another
+  chapter defines: the item `key: value` joins the display, at its end or after the key a line
+  `#| after key` names. An existing key is an error.
+- Comment lines directly above a patch travel with it. A patch cell's imports go to every module
+  that receives code from it, those whose names that code uses (never the decorators'). Docstring
+  merging follows Google-style sections (`Args:`, `Returns:`, `Raises:` ...): entries join the
+  section of the same name (made if missing), text before any section joins the preamble.
+- Nothing is replaced silently: besides the errors above, a function or class defined twice at
+  the top level of one module is an error that names `@replaces`.
+
+A chapter cell and what the exporter makes of it:
+
+    #| export                                     # a cell of chapter 21
+    from transformer_lib.multihead import MultiHeadAttention
+    from transformer_lib.utils import add_to_class
+
+    @add_to_class(MultiHeadAttention, extend=True)
+    def __init__(self, *args, qk_norm: bool = False, **kwargs):
+        \"\"\"Args:
+            qk_norm: RMS-normalise each query and key head before the scores.
+        \"\"\"
+        where = "MultiHeadAttention"
+        self.qk_norm = check_bool(where, "qk_norm", qk_norm)
+
+  gives, in `transformer_lib/multihead.py`, `qk_norm: ...` as the last entry of the class
+  docstring's `Args:`, `def __init__(self, d_model: int, n_head: int, *, dropout: float = 0.0,
+  bias: bool = True, qk_norm: bool = False):`, and `self.qk_norm = check_bool(where, "qk_norm",
+  qk_norm)` as the last line of chapter 4's `__init__`.
+
 Usage:
     python tools/export.py           # write everything
     python tools/export.py --check   # exit 1, naming the files, if anything on disk differs
@@ -37,8 +96,11 @@ from __future__ import annotations
 import argparse
 import ast
 import base64
+import io
 import re
 import sys
+import textwrap
+import tokenize
 from pathlib import Path
 
 import jupytext
@@ -55,6 +117,9 @@ EXPORT_RE = re.compile(r"^#\|\s*export(?:\s+([A-Za-z_][A-Za-z0-9_]*))?\s*$")
 API_RE = re.compile(r"^#\|\s*api(?:\s+(.*?))?\s*$")
 VERSION_RE = re.compile(r'^version\s*=\s*"([^"]+)"', re.MULTILINE)
 DEFAULT_EXP_RE = re.compile(r"^#\|\s*default_exp\s+([A-Za-z_][A-Za-z0-9_]*)\s*$", re.MULTILINE)
+MODULE_DOC_RE = re.compile(r"^#\|\s*module_doc\s+(.+?)\s*$", re.MULTILINE)
+LINE_LENGTH = 120  # the longest line of a generated import block
+DOC_WIDTH = 100  # the width a module's one-line `#| module_doc` is wrapped to
 INSTALL_RE = re.compile(r"git\+https?://[^\s\"'@]+(?:@[^\s\"'#]+)?")
 
 FIGURE_RE = re.compile(
@@ -122,14 +187,209 @@ def public_names(code: str, where: str) -> list[str]:
     return [n for n in dict.fromkeys(names) if not n.startswith("_")]
 
 
-class Cell:
-    """One exported code cell: its module, its code and the names it gives the package's top level."""
+# ---------------------------------------------------------------------------------------------
+# Imports: records, hoisting, one sorted block per module
 
-    def __init__(self, source: str, default_module: str | None, where: str):
+# An import as a record: (module, name, asname); name is None for ``import module [as asname]``.
+ImportRecord = tuple[str, "str | None", "str | None"]
+
+
+def import_records(nodes: list[ast.stmt], where: str) -> list[ImportRecord]:
+    records: list[ImportRecord] = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise ExportError(f"{where}: relative imports are not supported in exported cells")
+            records += [(node.module, a.name, a.asname) for a in node.names]
+        else:
+            records += [(a.name, None, a.asname) for a in node.names]
+    return records
+
+
+def bound_name(record: ImportRecord) -> str:
+    module, name, asname = record
+    return asname or name or module.split(".")[0]
+
+
+def used_names(code: str) -> set[str]:
+    """Every name the code reads (the root of ``a.b.c`` is ``a``)."""
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+
+
+def _import_section(module: str) -> int:
+    root = module.split(".")[0]
+    if root == "__future__":
+        return 0
+    if root in sys.stdlib_module_names:
+        return 1
+    return 3 if root == PACKAGE.name else 2
+
+
+def _name_key(name: str) -> tuple[int, str]:
+    """isort's ``order_by_type``: CONSTANTS, then Classes, then functions and modules."""
+    kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
+    return kind, name.lower()
+
+
+def render_imports(records: list[ImportRecord]) -> str:
+    """One import block, as isort lays it out: sections (future, standard library, third party, this
+    package) separated by a blank line; in each, ``import x`` lines, then ``from x import ...`` lines,
+    by module; the names of a ``from`` import merged into one statement, wrapped at LINE_LENGTH."""
+    sections: dict[int, list[str]] = {}
+    straight = sorted({r for r in records if r[1] is None}, key=lambda r: (r[0].lower(), r[2] or ""))
+    froms: dict[str, set[tuple[str, str | None]]] = {}
+    for module, name, asname in records:
+        if name is not None:
+            froms.setdefault(module, set()).add((name, asname))
+    for module, _, asname in straight:
+        line = f"import {module}" + (f" as {asname}" if asname else "")
+        sections.setdefault(_import_section(module), []).append(line)
+    for module in sorted(froms, key=str.lower):
+        names = [n + (f" as {a}" if a else "") for n, a in sorted(froms[module], key=lambda x: _name_key(x[0]))]
+        line = f"from {module} import {', '.join(names)}"
+        if len(line) > LINE_LENGTH:
+            rows, row = [], "   "
+            for n in names:
+                if len(row) + len(n) + 2 > LINE_LENGTH:
+                    rows.append(row)
+                    row = "   "
+                row += f" {n},"
+            line = f"from {module} import (\n" + "\n".join(rows + [row]) + "\n)"
+        sections.setdefault(_import_section(module), []).append(line)
+    return "\n\n".join("\n".join(sections[k]) for k in sorted(sections))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells and the patches of later chapters
+
+ADD_TO_CLASS = "add_to_class"
+REPLACES = "replaces"
+AFTER_RE = re.compile(r"^\s*#\|\s*after\s+(.+?)\s*$")
+SECTION_ORDER = ["Args", "Attributes", "Returns", "Yields", "Raises", "Example", "Examples", "Note", "Notes"]
+
+
+def _decorator_name(deco: ast.expr) -> str | None:
+    func = deco.func if isinstance(deco, ast.Call) else deco
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+def _target_name(expr: ast.expr, where: str) -> str:
+    """``Cls`` or ``module.Cls`` -> ``"Cls"``."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    raise ExportError(f"{where}: the target of a patch must be a name, got `{ast.unparse(expr)}`")
+
+
+def docstring_of(node) -> ast.Expr | None:
+    body = getattr(node, "body", None)
+    if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[0]
+    return None
+
+
+def start_line(node: ast.stmt) -> int:
+    """The first line of a statement, its decorators included (1-based)."""
+    decos = getattr(node, "decorator_list", [])
+    return min([node.lineno] + [d.lineno for d in decos])
+
+
+def comments_above(lines: list[str], first: int) -> tuple[int, list[str], str | None]:
+    """The comment lines directly above line ``first`` (1-based): (their first line, the comments
+    without ``#| after`` directives, the ``#| after`` target or None)."""
+    top = first
+    while top > 1 and lines[top - 2].strip().startswith("#"):
+        top -= 1
+    comments, after = [], None
+    for line in lines[top - 1 : first - 1]:
+        m = AFTER_RE.match(line)
+        if m:
+            after = m.group(1).strip().strip("'\"")
+        else:
+            comments.append(line)
+    return top, comments, after
+
+
+def string_continuation_lines(tree: ast.AST) -> set[int]:
+    """Lines (1-based) inside a multi-line string that is not a docstring: re-indenting them would
+    change the string's value."""
+    docstrings = {id(d.value) for n in ast.walk(tree) if (d := docstring_of(n)) is not None}
+    inside: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Constant, ast.JoinedStr)) and n.end_lineno > n.lineno and id(n) not in docstrings:
+            if isinstance(n, ast.Constant) and not isinstance(n.value, str):
+                continue
+            inside.update(range(n.lineno + 1, n.end_lineno + 1))
+    return inside
+
+
+def reindent(lines: list[str], first_line: int, by: int, keep: set[int]) -> list[str]:
+    """Shift ``lines`` (numbered from ``first_line``) right by ``by`` columns (left if negative),
+    leaving blank lines blank and the lines in ``keep`` as they are."""
+    out = []
+    for i, line in enumerate(lines, first_line):
+        if not line.strip() or i in keep:
+            out.append(line if line.strip() else "")
+        elif by >= 0:
+            out.append(" " * by + line)
+        else:
+            if line[: -by].strip():
+                raise ExportError(f"cannot dedent the line {line!r}")
+            out.append(line[-by:])
+    return out
+
+
+class Patch:
+    """A later chapter's addition to code an earlier cell defined, found by the name of its target.
+
+    kind: ``"method"`` (``@add_to_class(C)`` on a function; mode ``"add"``, ``"replace"`` or
+    ``"extend"``), ``"fields"`` (``@add_to_class(C)`` on a class), ``"function"``
+    (``@replaces(f)``) or ``"item"`` (``NAME[key] = value`` on a dict an earlier chapter defined).
+    """
+
+    def __init__(self, kind: str, target: str, node: ast.stmt, cell: "Cell", mode: str = "add"):
+        self.kind, self.target, self.node, self.cell, self.mode = kind, target, node, cell, mode
+        self.top, self.comments, self.after = comments_above(cell.lines, start_line(node))
+
+    @property
+    def where(self) -> str:
+        return f"{self.cell.where}, line {self.node.lineno} of the cell"
+
+    def used_names(self) -> set[str]:
+        """The names the patch's code reads (its own decorator left out)."""
+        own = [d for d in getattr(self.node, "decorator_list", []) if _decorator_name(d) in (ADD_TO_CLASS, REPLACES)]
+        skip = {id(n) for d in own for n in ast.walk(d)}
+        return {n.id for n in ast.walk(self.node) if isinstance(n, ast.Name) and id(n) not in skip}
+
+    def source(self, indent: int) -> list[str]:
+        """The comments, the decorators other than the patch's own, and the statement, at ``indent``."""
+        node, lines = self.node, self.cell.lines
+        skip = set()
+        for deco in getattr(node, "decorator_list", []):
+            if _decorator_name(deco) in (ADD_TO_CLASS, REPLACES):
+                skip.update(range(deco.lineno, deco.end_lineno + 1))
+        first = start_line(node)
+        body = [(i, lines[i - 1]) for i in range(first, node.end_lineno + 1) if i not in skip]
+        out = reindent(self.comments, 0, indent - node.col_offset, set())
+        for i, line in body:
+            out += reindent([line], i, indent - node.col_offset, self.cell.keep)
+        return out
+
+
+class Cell:
+    """One exported code cell: its module, its imports, its code and the names it gives the package's top level.
+
+    Patches (see the module docstring) are taken out of the code; the rest goes to the cell's module.
+    """
+
+    def __init__(self, source: str, default_module: str | None, where: str, local_names: frozenset = frozenset()):
         lines = source.split("\n")
+        self.where, self.local_names = where, local_names
         module = EXPORT_RE.match(lines[0]).group(1) or default_module
-        if module is None:
-            raise ExportError(f"{where}: has `#| export` cells but no `#| default_exp <module>` line")
         api: list[str] | None = None
         body = lines[1:]
         if body and API_RE.match(body[0]):
@@ -137,7 +397,36 @@ class Cell:
             api = listed.replace(",", " ").split() if listed else []
             body = body[1:]
         self.module = module
-        self.code = "\n".join(body).strip("\n")
+        code = "\n".join(body).strip("\n")
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as err:
+            raise ExportError(f"{where}: exported code does not parse: {err}") from err
+        self.lines = code.split("\n")
+        self.keep = string_continuation_lines(tree)
+        self.docstring: str | None = None
+        first = 0
+        if (doc := docstring_of(tree)) is not None:
+            self.docstring = doc.value.value.strip()
+            first = doc.end_lineno
+        self.import_nodes = []
+        for node in tree.body:
+            if node.lineno <= first:
+                continue
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                break
+            self.import_nodes.append(node)
+        self.imports = import_records(self.import_nodes, where)
+        self.patches = [p for node in tree.body if (p := self._patch(node)) is not None]
+        drop = set(range(1, first + 1))
+        for node in self.import_nodes:
+            drop.update(range(node.lineno, node.end_lineno + 1))
+        for p in self.patches:
+            drop.update(range(p.top, p.node.end_lineno + 1))
+        kept = [line for i, line in enumerate(self.lines, 1) if i not in drop]
+        self.code = re.sub(r"\n{4,}", "\n\n\n", "\n".join(kept)).strip("\n")
+        if self.code and module is None:
+            raise ExportError(f"{where}: has `#| export` cells but no `#| default_exp <module>` line")
         self.names = public_names(self.code, where)
         if api is None:
             self.api: list[str] = []
@@ -149,12 +438,425 @@ class Cell:
                 raise ExportError(f"{where}: `#| api` names {unknown}, which the cell does not define")
             self.api = api
 
+    def _patch(self, node: ast.stmt) -> Patch | None:
+        """The patch that a top-level statement is, if it is one."""
+        for deco in getattr(node, "decorator_list", []):
+            name = _decorator_name(deco)
+            if name not in (ADD_TO_CLASS, REPLACES):
+                continue
+            if not isinstance(deco, ast.Call) or len(deco.args) != 1:
+                raise ExportError(f"{self.where}: `@{name}` takes one positional argument, the "
+                                  f"{'class' if name == ADD_TO_CLASS else 'function'}")
+            target = _target_name(deco.args[0], self.where)
+            options = {}
+            for kw in deco.keywords:
+                if not (isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, bool)):
+                    raise ExportError(f"{self.where}: `@{name}(..., {kw.arg}=...)` must be True or False")
+                options[kw.arg] = kw.value.value
+            if name == REPLACES:
+                if options or not isinstance(node, ast.FunctionDef):
+                    raise ExportError(f"{self.where}: `@replaces(f)` goes on a function, without options")
+                if node.name != target:
+                    raise ExportError(f"{self.where}: `@replaces({target})` is on a function named "
+                                      f"`{node.name}`; the replacement must keep the name")
+                return Patch("function", target, node, self)
+            unknown = set(options) - {"replace", "extend"}
+            if unknown:
+                raise ExportError(f"{self.where}: `@add_to_class` takes replace=True or extend=True, got {unknown}")
+            if isinstance(node, ast.ClassDef):
+                if options:
+                    raise ExportError(f"{self.where}: `@add_to_class` on a class adds fields; replace/extend "
+                                      "apply to methods")
+                return Patch("fields", target, node, self)
+            if options.get("replace") and options.get("extend"):
+                raise ExportError(f"{self.where}: `@add_to_class` takes replace=True or extend=True, not both")
+            mode = "replace" if options.get("replace") else "extend" if options.get("extend") else "add"
+            return Patch("method", target, node, self, mode)
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript)
+                and isinstance(node.targets[0].value, ast.Name) and isinstance(node.targets[0].slice, ast.Constant)):
+            name = node.targets[0].value.id
+            if name not in self.local_names:  # a dict of an earlier chapter; this chapter's own stays code
+                return Patch("item", name, node, self)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying patches to the text of a module
+
+
+def _members(cls: ast.ClassDef) -> dict[str, ast.stmt]:
+    members = {}
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            members[node.name] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            members[node.target.id] = node
+        elif isinstance(node, ast.Assign):
+            members.update((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+    return members
+
+
+def _returns(func: ast.FunctionDef) -> bool:
+    """Whether ``func`` itself (not a function nested in it) has a ``return`` with a value."""
+    stack = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+class ModuleText:
+    """The body of a generated module (its code after the import block) as lines, edited by patches."""
+
+    def __init__(self, name: str, code: str):
+        self.name = name
+        self.lines = code.split("\n") if code else []
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def tree(self) -> ast.Module:
+        return ast.parse(self.text)
+
+    def top(self, name: str, kinds: tuple) -> ast.stmt | None:
+        for node in self.tree().body:
+            if isinstance(node, kinds) and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name == name:
+                    return node
+            elif isinstance(node, kinds) and isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    return node
+        return None
+
+    def insert(self, after: int, new: list[str], blank: int = 0) -> None:
+        """Insert ``new`` after line ``after`` (1-based), preceded by ``blank`` blank lines."""
+        self.lines[after:after] = [""] * blank + new
+
+    def replace(self, first: int, last: int, new: list[str]) -> None:
+        self.lines[first - 1 : last] = new
+
+
+def _docstring_parts(doc: ast.Expr) -> tuple[list[str], dict[str, list[list[str]]]]:
+    """A docstring as its preamble lines and its Google-style sections: {name: [entry lines, ...]},
+    each entry's lines relative to the section's header."""
+    raw = doc.value.value.split("\n")
+    lines = [raw[0].strip()] + [line[doc.col_offset:] if not line[: doc.col_offset].strip() else line.strip()
+                                for line in raw[1:]]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    preamble: list[str] = []
+    sections: dict[str, list[list[str]]] = {}
+    current = None
+    for line in lines:
+        header = re.match(r"^([A-Z][A-Za-z ]*):\s*$", line)
+        if header and header.group(1) in SECTION_ORDER:
+            current = sections.setdefault(header.group(1), [])
+        elif current is None:
+            preamble.append(line)
+        elif line.startswith("    ") and not line.startswith("     ") and line.strip():
+            current.append([line[4:]])
+        elif current and line.strip():
+            current[-1].append(line[4:] if line.startswith("    ") else line.strip())
+    while preamble and not preamble[-1].strip():
+        preamble.pop()
+    return preamble, sections
+
+
+def _entry_name(line: str) -> str:
+    m = re.match(r"^\*{0,2}([A-Za-z_][\w.]*)", line)
+    return m.group(1) if m else ""
+
+
+def merge_docstring(module: ModuleText, doc: ast.Expr, addition: ast.Expr, anchors: dict[str, str | None],
+                    where: str) -> None:
+    """Merge the docstring ``addition`` into the docstring ``doc`` of ``module``: its preamble goes
+    at the end of the target's preamble, each entry of a section to the same-named section (made if
+    missing), after the entry named ``anchors[entry]`` if there is one, else at the section's end."""
+    preamble, sections = _docstring_parts(addition)
+    lines = module.lines
+    indent = " " * doc.col_offset
+    first, last = doc.lineno, doc.end_lineno
+    raw = lines[first - 1 : last]
+    if not raw[0].lstrip().startswith('"""') or not raw[-1].rstrip().endswith('"""'):
+        raise ExportError(f"{where}: can only merge into a docstring in triple double quotes")
+    if len(raw) == 1:  # a one-line docstring becomes a block
+        raw = [raw[0].rstrip()[:-3], indent + '"""']
+    elif raw[-1].strip() != '"""':
+        raw = raw[:-1] + [raw[-1].rstrip()[:-3], indent + '"""']
+    doc_lines = raw
+
+    def header_at(i: int) -> str | None:
+        m = re.match(rf"^{indent}([A-Z][A-Za-z ]*):\s*$", doc_lines[i])
+        return m.group(1) if m and m.group(1) in SECTION_ORDER else None
+
+    def sections_now() -> list[tuple[str, int]]:
+        return [(h, i) for i in range(1, len(doc_lines)) if (h := header_at(i))]
+
+    def section_end(start: int) -> int:
+        """Index after the last non-blank line of the section whose header is at ``start``."""
+        i = start + 1
+        while i < len(doc_lines) - 1 and not header_at(i) and (
+                not doc_lines[i].strip() or doc_lines[i].startswith(indent + " ")):
+            i += 1
+        while doc_lines[i - 1].strip() == "" and i - 1 > start:
+            i -= 1
+        return i
+
+    for name, entries in sections.items():
+        found = dict(sections_now())
+        if name not in found:  # a new section, before the first one that follows it in SECTION_ORDER
+            later = [i for h, i in sections_now() if SECTION_ORDER.index(h) > SECTION_ORDER.index(name)]
+            if later:
+                doc_lines[later[0]:later[0]] = [indent + name + ":", ""]
+            else:
+                at = len(doc_lines) - 1
+                doc_lines[at:at] = ([""] if doc_lines[at - 1].strip() else []) + [indent + name + ":"]
+            found = dict(sections_now())
+        for entry in entries:
+            start = found[name]
+            end = section_end(start)
+            anchor = anchors.get(_entry_name(entry[0]))
+            if anchor:
+                for i in range(start + 1, end):
+                    if doc_lines[i].startswith(indent + "    " + anchor) and \
+                            _entry_name(doc_lines[i].strip()) == anchor:
+                        end = i + 1
+                        while end < len(doc_lines) and doc_lines[end].startswith(indent + "     "):
+                            end += 1
+                        break
+            doc_lines[end:end] = [(indent + "    " + line) if line.strip() else "" for line in entry]
+            found = dict(sections_now())
+    if preamble:
+        heads = sections_now()
+        at = heads[0][1] if heads else len(doc_lines) - 1
+        while doc_lines[at - 1].strip() == "" and at - 1 > 0:
+            at -= 1
+        block = [""] + [(indent + line) if line.strip() else "" for line in preamble]
+        doc_lines[at:at] = block
+    module.replace(first, last, doc_lines)
+
+
+def _param_text(arg: ast.arg, default: ast.expr | None, source: str) -> str:
+    text = arg.arg
+    if arg.annotation is not None:
+        text += ": " + ast.get_source_segment(source, arg.annotation)
+    if default is not None:
+        text += (" = " if arg.annotation is not None else "=") + ast.get_source_segment(source, default)
+    return text
+
+
+def _add_parameters(module: ModuleText, func: ast.FunctionDef, params: list[str], where: str) -> None:
+    """Add keyword-only parameters (their source text) to the signature of ``func`` in ``module``."""
+    a = func.args
+    header_end = func.body[0].lineno - 1
+    while not module.lines[header_end - 1].rstrip().endswith(":"):
+        header_end -= 1  # comments between the signature and the body
+    header = "\n".join(module.lines[func.lineno - 1 : header_end])
+    tokens = list(tokenize.generate_tokens(io.StringIO(header + "\n    pass\n").readline))
+    depth, opened, close, stars, prev = 0, False, None, None, None
+    for tok in tokens:
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+            opened = True
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+            if opened and depth == 0:
+                close = tok
+                break
+        elif tok.type == tokenize.OP and tok.string == "**" and depth == 1:
+            stars = tok
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT) and depth >= 1:
+            prev = tok
+    if close is None:
+        raise ExportError(f"{where}: cannot find the parameter list of `{func.name}`")
+    star = [] if (a.vararg or a.kwonlyargs) else ["*"]
+    new = star + params
+    base = func.lineno - 1  # tokens count lines from 1 at the def line
+    if stars is not None:  # before **kwargs
+        row, col = base + stars.start[0], stars.start[1]
+        line = module.lines[row - 1]
+        module.lines[row - 1] = line[:col] + ", ".join(new) + ", " + line[col:]
+        return
+    if prev.string == "," and prev.start[0] < close.start[0]:  # one parameter a line, a trailing comma
+        row = base + prev.start[0]
+        indent = re.match(r"^\s*", module.lines[row - 1]).group(0)
+        module.insert(row, [f"{indent}{p}," for p in new])
+        return
+    row, col = base + prev.end[0], prev.end[1]
+    line = module.lines[row - 1]
+    joined = line[:col] + ", " + ", ".join(new) + line[col:]
+    if len(joined) <= LINE_LENGTH:
+        module.lines[row - 1] = joined
+    else:  # continue on the next line, aligned after the opening parenthesis
+        open_col = module.lines[func.lineno - 1].index("(") + 1
+        module.lines[row - 1] = line[:col] + ","
+        module.insert(row, [" " * open_col + ", ".join(new) + line[col:]])
+
+
+def apply_method_patch(module: ModuleText, patch: Patch) -> None:
+    cls = module.top(patch.target, (ast.ClassDef,))
+    node: ast.FunctionDef = patch.node
+    members = _members(cls)
+    body_indent = cls.body[0].col_offset
+    existing = members.get(node.name)
+    where = patch.where
+    if patch.mode == "add":
+        if existing is not None:
+            raise ExportError(f"{where}: `{patch.target}` already has `{node.name}`; "
+                              "mark the patch `@add_to_class(..., replace=True)` or `extend=True`")
+        anchor = cls.body[-1]
+        if patch.after:
+            if patch.after not in members:
+                raise ExportError(f"{where}: `#| after {patch.after}`: `{patch.target}` has no `{patch.after}`")
+            anchor = members[patch.after]
+        module.insert(anchor.end_lineno, patch.source(body_indent), blank=1)
+        return
+    if not isinstance(existing, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise ExportError(f"{where}: `{patch.target}` has no method `{node.name}` to {patch.mode}")
+    if patch.mode == "replace":
+        module.replace(start_line(existing), existing.end_lineno, patch.source(body_indent))
+        return
+    # extend: the method's body, then the patch's; new keyword-only parameters join the signature
+    a = node.args
+    if a.posonlyargs or [x.arg for x in a.args] != ["self"] or node.decorator_list[1:] or \
+            any(_decorator_name(d) != ADD_TO_CLASS for d in node.decorator_list):
+        raise ExportError(f"{where}: an extension is a plain method `def {node.name}(self, *args, <new "
+                          "keyword-only parameters>, **kwargs)`")
+    if _returns(existing):
+        raise ExportError(f"{where}: `{patch.target}.{node.name}` returns a value; "
+                          "an extension could not run after it; replace it instead")
+    source = "\n".join(patch.cell.lines)
+    old_names = {x.arg for x in existing.args.posonlyargs + existing.args.args + existing.args.kwonlyargs}
+    params, anchors, previous = [], {}, (existing.args.kwonlyargs or existing.args.args)[-1].arg
+    for arg, default in zip(a.kwonlyargs, a.kw_defaults):
+        if arg.arg in old_names:
+            raise ExportError(f"{where}: `{patch.target}.{node.name}` already has the parameter `{arg.arg}`")
+        params.append(_param_text(arg, default, source))
+        anchors[arg.arg], previous = previous, arg.arg
+    body = node.body
+    doc = docstring_of(node)
+    if doc is not None:
+        body = body[1:]
+    old_top = {ast.dump(s) for s in existing.body}
+    while body and ast.dump(body[0]) in old_top:  # repeated set-up lines, e.g. `where = "GPTConfig"`
+        body = body[1:]
+    if body:
+        first = comments_above(patch.cell.lines, start_line(body[0]))[0]
+        lines = patch.cell.lines[first - 1 : node.end_lineno]
+        new = reindent(lines, first, existing.body[0].col_offset - body[0].col_offset, patch.cell.keep)
+        module.insert(existing.end_lineno, new)
+    if params:
+        _add_parameters(module, existing, params, where)
+    if doc is not None:
+        cls = module.top(patch.target, (ast.ClassDef,))
+        method = _members(cls)[node.name]
+        target_doc = docstring_of(method)
+        if target_doc is None and node.name == "__init__":
+            target_doc = docstring_of(cls)  # the class documents its constructor
+        if target_doc is None:
+            module.insert(method.body[0].lineno - 1, reindent(patch.cell.lines[doc.lineno - 1 : doc.end_lineno],
+                          doc.lineno, method.body[0].col_offset - doc.col_offset, set()))
+        else:
+            merge_docstring(module, target_doc, doc, anchors, where)
+
+
+def apply_fields_patch(module: ModuleText, patch: Patch) -> None:
+    cls = module.top(patch.target, (ast.ClassDef,))
+    where, node = patch.where, patch.node
+    if node.bases or node.keywords or node.decorator_list[1:]:
+        raise ExportError(f"{where}: a class that adds fields has no bases and no other decorators")
+    anchors: dict[str, str | None] = {}
+    previous: str | None = None
+    items = node.body[1:] if docstring_of(node) is not None else node.body
+    for item in items:
+        if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+            raise ExportError(f"{where}: a class that adds fields holds a docstring and annotated fields; "
+                              "add methods with `@add_to_class` on a function")
+        cls = module.top(patch.target, (ast.ClassDef,))
+        members = _members(cls)
+        name = item.target.id
+        if name in members:
+            raise ExportError(f"{where}: `{patch.target}` already has `{name}`")
+        top, comments, after = comments_above(patch.cell.lines, item.lineno)
+        if after is None and previous is None:
+            fields = [n for n in cls.body if isinstance(n, ast.AnnAssign)]
+            after = fields[-1].target.id if fields else None
+        elif after is None:
+            after = previous
+        if after is not None and after not in members:
+            raise ExportError(f"{where}: `#| after {after}`: `{patch.target}` has no `{after}`")
+        anchor_line = members[after].end_lineno if after else (docstring_of(cls) or cls.body[0]).end_lineno
+        lines = comments + patch.cell.lines[item.lineno - 1 : item.end_lineno]
+        module.insert(anchor_line, reindent(lines, top, cls.body[0].col_offset - item.col_offset, patch.cell.keep))
+        anchors[name], previous = after, name
+    doc = docstring_of(node)
+    if doc is not None:
+        cls = module.top(patch.target, (ast.ClassDef,))
+        target_doc = docstring_of(cls)
+        if target_doc is None:
+            raise ExportError(f"{where}: `{patch.target}` has no docstring to add to")
+        merge_docstring(module, target_doc, doc, anchors, where)
+
+
+def apply_function_patch(module: ModuleText, patch: Patch) -> None:
+    old = module.top(patch.target, (ast.FunctionDef, ast.AsyncFunctionDef))
+    module.replace(start_line(old), old.end_lineno, patch.source(0))
+
+
+def apply_item_patch(module: ModuleText, patch: Patch) -> None:
+    """``NAME[key] = value`` becomes the item ``key: value`` of the dict display that defines NAME."""
+    where, node = patch.where, patch.node
+    assign = module.top(patch.target, (ast.Assign, ast.AnnAssign))
+    display = assign.value
+    if not isinstance(display, ast.Dict) or not display.keys or display.end_lineno == display.keys[-1].lineno \
+            or module.lines[display.end_lineno - 1].strip() != "}":
+        raise ExportError(f"{where}: `{patch.target}` must be a dict display with one item a line and the "
+                          "closing brace on a line of its own")
+    key = node.targets[0].slice.value
+    keys = [k.value if isinstance(k, ast.Constant) else None for k in display.keys]
+    if key in keys:
+        raise ExportError(f"{where}: `{patch.target}` already has the key {key!r}; an item is never replaced")
+    indent = display.keys[0].col_offset
+    at = display.end_lineno - 1
+    if patch.after is not None:
+        if patch.after not in keys:
+            raise ExportError(f"{where}: `#| after {patch.after}`: `{patch.target}` has no key {patch.after!r}")
+        at = display.values[keys.index(patch.after)].end_lineno
+    source = "\n".join(patch.cell.lines)
+    value_lines = ast.get_source_segment(source, node.value, padded=False).split("\n")
+    value = value_lines[:1] + reindent(value_lines[1:], node.value.lineno + 1, indent, patch.cell.keep)
+    key_text = ast.get_source_segment(source, node.targets[0].slice)
+    entry = reindent(patch.comments, 0, indent, set()) + [" " * indent + f"{key_text}: {value[0]}"] + value[1:]
+    entry[-1] += ","
+    module.insert(at, entry)
+
+
+APPLY = {"method": apply_method_patch, "fields": apply_fields_patch, "function": apply_function_patch,
+         "item": apply_item_patch}
+
+
+def top_level_names(code: str) -> set[str]:
+    """The names a piece of code binds at its top level."""
+    names = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
 
 class Chapter:
     """One chapter: its notebook, its default module and its exported cells."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, index: int = 0):
+        self.path, self.index = path, index
         self.text = path.read_text(encoding="utf-8")
         self.nb = jupytext.reads(self.text, fmt=SOURCE_FORMAT)
         where = rel(path)
@@ -167,11 +869,19 @@ class Chapter:
         if len(set(modules)) > 1:
             raise ExportError(f"{where}: more than one `#| default_exp` ({', '.join(modules)})")
         self.module = modules[0] if modules else None
-        self.cells = [
-            Cell(c.source, self.module, where)
-            for c in code_cells
-            if EXPORT_RE.match(c.source.split("\n", 1)[0])
-        ]
+        docs = [d for c in code_cells for d in MODULE_DOC_RE.findall(c.source)]
+        if len(docs) > 1 or (docs and self.module is None):
+            raise ExportError(f"{where}: `#| module_doc` describes the chapter's one `#| default_exp` module; "
+                              f"found {len(docs)} such lines and default module {self.module}")
+        self.module_doc = docs[0] if docs else None
+        exported = [c.source for c in code_cells if EXPORT_RE.match(c.source.split("\n", 1)[0])]
+        local: set[str] = set()
+        for source in exported:
+            try:
+                local |= top_level_names("\n".join(source.split("\n")[1:]))
+            except SyntaxError as err:
+                raise ExportError(f"{where}: exported code does not parse: {err}") from err
+        self.cells = [Cell(source, self.module, where, frozenset(local)) for source in exported]
         if not code_cells or not INSTALL_RE.search(code_cells[0].source):
             raise ExportError(
                 f"{where}: the first code cell must install transformer_lib when it is not "
@@ -211,31 +921,58 @@ def short_title(chapter: Chapter) -> str:
 
 
 class Module:
-    """One module of the package: the cells exported to it, from one chapter or several."""
+    """One module of the package: the cells exported to it, from one chapter or several, and the
+    patches of later chapters applied to its code."""
 
     def __init__(self, name: str):
         self.name = name
         self.parts: list[tuple[Chapter, Cell]] = []
+        self.patched_by: list[Chapter] = []
+        self.imports: list[ImportRecord] = []
+        self.doc: str | None = None
+        self.body: ModuleText | None = None
 
     @property
     def chapters(self) -> list[Chapter]:
-        return list(dict.fromkeys(ch for ch, _ in self.parts))
+        every = dict.fromkeys([ch for ch, _ in self.parts] + self.patched_by)
+        return sorted(every, key=lambda ch: ch.index)
 
     @property
     def names(self) -> list[str]:
-        return list(dict.fromkeys(n for _, cell in self.parts for n in cell.names))
+        return public_names(self.body.text, f"transformer_lib/{self.name}.py")
 
     @property
     def api(self) -> list[str]:
         return list(dict.fromkeys(n for _, cell in self.parts for n in cell.api))
 
+    def assemble(self) -> None:
+        """The module's code before patches, and the imports its own cells bring."""
+        where = f"transformer_lib/{self.name}.py"
+        first = self.parts[0][1]
+        for ch, cell in self.parts[1:]:
+            if cell.docstring is not None:
+                raise ExportError(f"{cell.where}: a docstring opens a cell exported to `{self.name}`, whose first "
+                                  "cell is another; only the first cell's opening docstring describes the module")
+        docs = [ch.module_doc for ch in dict.fromkeys(ch for ch, _ in self.parts)
+                if ch.module_doc and ch.module == self.name]
+        if first.docstring and docs:
+            raise ExportError(f"{where}: described twice, by `#| module_doc` and by its first cell's docstring")
+        self.doc = first.docstring or ("\n".join(textwrap.wrap(docs[0], DOC_WIDTH)) if docs else None)
+        if not self.doc:
+            raise ExportError(
+                f"{where}: no docstring; say what the module holds with a line `#| module_doc <sentence>` in "
+                f"a code cell of {rel(self.parts[0][0].path)}, or open its first exported cell with a docstring")
+        self.body = ModuleText(self.name, "\n\n\n".join(cell.code for _, cell in self.parts if cell.code))
+        for _, cell in self.parts:
+            if cell.patches:  # a cell that also patches other modules brings only what its own code uses
+                used = used_names(cell.code) if cell.code else set()
+                self.imports += [r for r in cell.imports if bound_name(r) in used]
+            else:
+                self.imports += cell.imports
+
     def source(self) -> str:
         chapters = self.chapters
         paths = [rel(ch.path) for ch in chapters]
-        codes = [cell.code for _, cell in self.parts]
-        # A first cell that opens with a docstring says what the module is for; else the chapter's title.
-        summary, codes[0] = module_docstring(codes[0])
-        codes = hoist_imports(codes)
         if len(chapters) == 1:
             header = MODULE_HEADER.format(chapter=paths[0])
             origin = f"Exported from the chapter `{paths[0]}`."
@@ -243,68 +980,35 @@ class Module:
             header = MODULES_HEADER.format(chapters=", ".join(paths))
             origin = "Exported from the chapters\n\n" + "\n".join(
                 f"- `{p}` ({short_title(ch)})" for p, ch in zip(paths, chapters))
-        doc = f'"""{summary or short_title(chapters[0]) + "."}\n\n{origin}\n"""\n\n'
+        doc = f'"""{self.doc}\n\n{origin}\n"""\n\n'
+        code = self.body.text
+        defined = top_level_names(code)
+        own = f"{PACKAGE.name}.{self.name}"
+        records = [r for r in dict.fromkeys(self.imports)
+                   if r[0] != own and not (r[1] is not None and r[0] == PACKAGE.name and r[1] == self.name)
+                   and bound_name(r) not in defined]
+        future = [r for r in records if r[0] == "__future__"]
+        imports = render_imports([r for r in records if r[0] != "__future__"])
         names = "".join(f'    "{n}",\n' for n in self.names)
-        code = "\n\n\n".join(codes) + "\n"
-        return header + doc + f"__all__ = [\n{names}]\n\n" + code
+        out = header + doc
+        if future:
+            out += render_imports(future) + "\n\n"
+        out += f"__all__ = [\n{names}]\n\n"
+        if imports:  # then two blank lines before a def or class, one before anything else (as isort)
+            opener = next((line for line in code.split("\n") if line.strip() and not line.startswith("#")), "")
+            out += imports + ("\n\n\n" if re.match(r"(def|class|async def|@)\b|@", opener) else "\n\n")
+        return out + code.strip("\n") + "\n"
 
-
-def module_docstring(code: str) -> tuple[str | None, str]:
-    """Split a leading docstring off a cell's code: ``(docstring or None, the rest)``."""
-    body = ast.parse(code).body
-    if not (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)):
-        return None, code
-    rest = code.split("\n")[body[0].end_lineno:]
-    return body[0].value.value.strip(), "\n".join(rest).strip("\n")
-
-
-def leading_imports(code: str) -> tuple[list[ast.stmt], str]:
-    """The import statements a cell opens with, and the rest of the cell's source."""
-    end, nodes = 0, []
-    for node in ast.parse(code).body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
-            break
-        nodes.append(node)
-        end = node.end_lineno
-    return nodes, "\n".join(code.split("\n")[end:]).strip("\n")
-
-
-def imported_names(nodes: list[ast.stmt]) -> set[tuple[str, str]]:
-    """(module, name) for every name the statements bind: ("", "os") for ``import os``."""
-    return {(getattr(n, "module", "") or "", a.asname or a.name) for n in nodes for a in n.names}
-
-
-def hoist_imports(codes: list[str]) -> list[str]:
-    """Move the imports that later cells open with up to the module's top.
-
-    A chapter that adds cells to another chapter's module imports what its notebook needs at the top
-    of its cell; in the module those imports join the first cell's, and names already imported there
-    are dropped, so that every import stands at the top of the module, once.
-    """
-    first_nodes, _ = leading_imports(codes[0])
-    have = imported_names(first_nodes)
-    extra: list[str] = []
-    out = [codes[0]]
-    for code in codes[1:]:
-        nodes, body = leading_imports(code)
-        if not nodes:
-            out.append(code)
-            continue
-        for node in nodes:
-            module = getattr(node, "module", "") or ""
-            new = [a for a in node.names if (module, a.asname or a.name) not in have]
-            have |= {(module, a.asname or a.name) for a in new}
-            if new:
-                names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in new)
-                extra.append(f"from {module} import {names}" if isinstance(node, ast.ImportFrom)
-                             else f"import {names}")
-        out.append(body)
-    if extra:
-        end = first_nodes[-1].end_lineno if first_nodes else 0
-        lines = codes[0].split("\n")
-        out[0] = "\n".join(lines[:end] + extra + lines[end:])
-    return out
+    def check_duplicates(self) -> None:
+        seen: dict[str, int] = {}
+        for node in ast.parse(self.body.text).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name in seen:
+                    raise ExportError(
+                        f"transformer_lib/{self.name}.py: `{node.name}` is defined twice (lines {seen[node.name]} "
+                        f"and {node.lineno} of its code); a later chapter that means to replace it marks the new "
+                        f"one `@replaces({node.name})` (a method: `@add_to_class(Cls, replace=True)`)")
+                seen[node.name] = node.lineno
 
 
 def main_source(chapter: Chapter) -> str:
@@ -386,13 +1090,34 @@ def api_source(modules: list[Module]) -> str:
 
 
 def collect_modules(chapters: list[Chapter]) -> list[Module]:
-    """The package's modules in order of first appearance, each with its cells in reading order."""
+    """The package's modules in order of first appearance, each with its cells in reading order and
+    the patches of every chapter applied, in reading order."""
     modules: dict[str, Module] = {}
+    patches: list[tuple[Chapter, Patch]] = []
     for ch in chapters:
         for cell in ch.cells:
-            modules.setdefault(cell.module, Module(cell.module)).parts.append((ch, cell))
+            if cell.code or not cell.patches:
+                modules.setdefault(cell.module, Module(cell.module)).parts.append((ch, cell))
+            patches += [(ch, p) for p in cell.patches]
+    for module in modules.values():
+        module.assemble()
+    kinds = {"method": (ast.ClassDef,), "fields": (ast.ClassDef,), "function": (ast.FunctionDef, ast.AsyncFunctionDef),
+             "item": (ast.Assign, ast.AnnAssign)}
+    for ch, patch in patches:
+        homes = [m for m in modules.values() if m.body.top(patch.target, kinds[patch.kind]) is not None]
+        what = {"method": "class", "fields": "class", "function": "function", "item": "dict"}[patch.kind]
+        if len(homes) != 1:
+            found = f"in {', '.join(m.name for m in homes)}" if homes else "in no module"
+            raise ExportError(f"{patch.where}: the {what} `{patch.target}` is defined {found}; a patch needs "
+                              "exactly one module that defines its target")
+        home = homes[0]
+        APPLY[patch.kind](home.body, patch)
+        home.patched_by.append(ch)
+        used = patch.used_names()
+        home.imports += [r for r in patch.cell.imports if bound_name(r) in used]
     seen: dict[str, str] = {}
     for module in modules.values():
+        module.check_duplicates()
         if module.name == CLI_MODULE and module.api:
             raise ExportError(f"`{CLI_MODULE}` is the command line; its names are not re-exported (`#| api`)")
         for n in module.api:
@@ -405,7 +1130,7 @@ def collect_modules(chapters: list[Chapter]) -> list[Module]:
 def planned_outputs() -> dict[Path, str]:
     """Every file the export writes, with the exact text it should hold."""
     url, branch = repository()
-    chapters = [Chapter(p) for p in sorted(BOOK.glob(CHAPTER_GLOB))]
+    chapters = [Chapter(p, i) for i, p in enumerate(sorted(BOOK.glob(CHAPTER_GLOB)))]
     if not chapters:
         raise ExportError(f"no chapters matching book/{CHAPTER_GLOB}")
     modules = collect_modules(chapters)

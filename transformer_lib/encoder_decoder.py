@@ -25,9 +25,9 @@ from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock, _activation_name
+from transformer_lib.config import Seq2SeqConfig
 from transformer_lib.embeddings import SinusoidalPositionalEncoding
 from transformer_lib.multihead import MultiHeadAttention, _check_input
-from transformer_lib.config import Seq2SeqConfig
 from transformer_lib.utils import eval_mode
 
 
@@ -499,6 +499,9 @@ class EncoderDecoder(nn.Module):
         """
         memory = self.encode(src, src_key_mask)
         return self.decode(tgt, memory, tgt_key_mask, src_key_mask)
+
+
+# Decoding (chapter 11): greedy search and beam search for any EncoderDecoder.
 
 
 def _decode_args(where: str, model, src, src_key_mask, max_len, bos_id, eos_id) -> tuple[int, int, int]:

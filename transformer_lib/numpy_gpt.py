@@ -28,16 +28,8 @@ import torch
 
 from transformer_lib._checks import check_array, check_choice, check_float
 from transformer_lib.backprop import (
-    block_backward,
-    block_forward,
-    cross_entropy_backward,
-    cross_entropy_forward,
-    embedding_backward,
-    embedding_forward,
-    layer_norm_backward,
-    layer_norm_forward,
-    linear_backward,
-    linear_forward,
+    block_backward, block_forward, cross_entropy_backward, cross_entropy_forward, embedding_backward, embedding_forward,
+    layer_norm_backward, layer_norm_forward, linear_backward, linear_forward,
 )
 from transformer_lib.config import GPTConfig
 from transformer_lib.gpt import GPT
