@@ -337,18 +337,6 @@ def test_bad_constructor_arguments(kwargs, error, match):
         SparseMoE(**args)
 
 
-def test_bad_forward_inputs():
-    moe = SparseMoE(C, D_FF, E, K)
-    with pytest.raises(ValueError, match=r"SparseMoE.forward: x must have shape \(\*, \*, 32\)"):
-        moe(torch.randn(2, 5, C + 1))
-    with pytest.raises(ValueError, match=r"SparseMoE.forward: x must be 3-D, got x.shape=\(10, 32\)"):
-        moe(torch.randn(10, C))
-    with pytest.raises(TypeError, match=r"SparseMoE.forward: x must have dtype float32"):
-        moe(torch.randn(2, 5, C, dtype=torch.float64))
-    with pytest.raises(ValueError, match="x must not be empty"):
-        moe(torch.randn(2, 0, C))
-
-
 def test_bad_gating_and_loss_inputs():
     with pytest.raises(ValueError, match=r"top_k_gating: top_k must be <= the number of experts"):
         top_k_gating(torch.randn(4, 3), 4)

@@ -23,8 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_like, check_tensor
-from transformer_lib.multihead import MultiHeadAttention, _check_input
+from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
+from transformer_lib.multihead import MultiHeadAttention
 
 
 def _check_norm_args(where: str, x, eps, **affine) -> float:
@@ -112,13 +112,7 @@ class LayerNorm(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("LayerNorm.forward", "x", x, self.weight)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
@@ -181,13 +175,7 @@ class RMSNorm(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("RMSNorm.forward", "x", x, self.weight)
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
@@ -282,13 +270,7 @@ class FeedForward(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("FeedForward.forward", "x", x, self.fc1.weight)
         return self.fc2(self.dropout(self._act(self.fc1(x))))
 
 
@@ -330,13 +312,7 @@ class SwiGLU(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("SwiGLU.forward", "x", x, self.w_gate.weight)
         return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
 
 
@@ -459,16 +435,9 @@ class TransformerBlock(nn.Module):
         Returns:
             (B, T, d_model) tensor.
 
-        A model calls this for every block at every step, so only metadata is checked (no data is
-        read): ``x`` must be a non-empty (B, T, d_model) tensor with the dtype and device of the
-        parameters (any floating dtype under ``torch.autocast``). The masks are checked by the
-        attention.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters.
-            ValueError: if ``x`` is on another device, not (B, T, d_model) or empty.
+        A model calls this for every block at every step, after checking its input ids once, so
+        ``x`` is not checked again; the masks are checked by the attention.
         """
-        _check_input("TransformerBlock.forward", "x", x, self.ln1.weight, self.d_model)
         if self.norm_first:
             a = self.attn(self.ln1(x), attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
                           kv_cache=kv_cache, rope=rope)[0]

@@ -23,10 +23,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
+from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_like, check_tensor
 from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock, _activation_name
 from transformer_lib.embeddings import SinusoidalPositionalEncoding
-from transformer_lib.multihead import MultiHeadAttention, _check_input
+from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.config import Seq2SeqConfig
 from transformer_lib.utils import eval_mode
 
@@ -117,8 +117,6 @@ class DecoderBlock(nn.Module):
         Returns:
             (B, T, d_model), the dtype of ``x``.
         """
-        _check_input("DecoderBlock.forward", "x", x, self.ln1.weight, self.d_model)
-        _check_input("DecoderBlock.forward", "memory", memory, self.ln1.weight, self.d_model)
         sa = dict(attn_mask=tgt_mask, key_mask=tgt_key_mask, is_causal=tgt_is_causal)
         ca = dict(attn_mask=memory_mask, key_mask=memory_key_mask)
         if self.norm_first:
@@ -206,14 +204,7 @@ class _Stack(nn.Module):
         self.norm = LayerNorm(d_model, eps=eps, bias=bias)
 
     def _run(self, x: Tensor, *args, **kwargs) -> Tensor:
-        """Every block on ``x`` (B, L, d_model) with the same further arguments, then the final norm.
-
-        ``x`` and a positional ``memory`` must be non-empty (B, L, d_model) tensors with the dtype
-        and device of the parameters (metadata only, checked here, naming the stack).
-        """
-        where, w = f"{type(self).__name__}.forward", self.norm.weight
-        for name, t in zip(("x", "memory"), (x, *args)):
-            _check_input(where, name, t, w, self.norm.d_model)
+        """Every block on ``x`` (B, L, d_model) with the same further arguments, then the final norm."""
         for layer in self.layers:
             x = layer(x, *args, **kwargs)
         return self.norm(x)
@@ -470,7 +461,8 @@ class EncoderDecoder(nn.Module):
         """
         where = "EncoderDecoder.decode"
         y = self._embed(where, "tgt", tgt, self.tgt_embed)
-        _check_input(where, "memory", memory, self.generator.weight, self.config.d_model)
+        check_like(where, "memory", memory, self.generator.weight)
+        check_tensor(where, "memory", memory, shape=(None, None, self.config.d_model), nonempty=True)
         if memory.size(0) != tgt.size(0):
             raise ValueError(f"{where}: memory must hold one encoded source per target sequence, got "
                              f"memory.shape={tuple(memory.shape)} and tgt.shape={tuple(tgt.shape)}")

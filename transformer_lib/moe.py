@@ -23,7 +23,6 @@ from torch import Tensor
 from transformer_lib._checks import check_bool, check_float, check_int, check_tensor
 from transformer_lib.block import SwiGLU
 from transformer_lib.llama import Llama, hf_llama_key_map, llama_config_from_hf
-from transformer_lib.multihead import _check_input
 
 
 def top_k_gating(
@@ -178,11 +177,8 @@ class SparseMoE(nn.Module):
         Returns:
             (B, T, d_model) tensor. Sets ``self.router_logits`` (B T, E) and ``self.n_dropped``.
 
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters.
-            ValueError: if ``x`` is on another device, not (B, T, d_model) or empty.
+        An internal layer of the model, which checks its input ids once, so ``x`` is not checked again.
         """
-        _check_input("SparseMoE.forward", "x", x, self.router.weight, self.d_model)
         shape = x.shape
         x = x.reshape(-1, self.d_model)                                          # (N, C)
         logits = self.router(x)                                                  # (N, E)
