@@ -121,6 +121,6 @@ def test_a_model_forward_checks_its_input_at_the_edge_only():
     torch.manual_seed(0)
     idx = torch.randint(0, 50, (2, 16))
     gpt = GPT(GPTConfig(n_layer=4, n_head=2, n_embd=32, block_size=16, vocab_size=50))
-    llama = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64, block_size=16))
+    llama = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=4, n_head=4, n_kv_head=2, n_inner=64, block_size=16))
     for model in (gpt, llama):
         assert 1 <= _calls_into_checks(lambda: model(idx, targets=idx)) <= 3, type(model).__name__

@@ -131,7 +131,7 @@ def test_cache_matches_full_forward_with_multi_token_chunks():
 
 def test_generate_past_block_size_and_sampling_reproducible():
     torch.manual_seed(0)
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, block_size=12))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_kv_head=2, n_inner=64, block_size=12))
     prompt = torch.randint(0, 50, (2, 5))
     greedy = model.generate(prompt, 20, temperature=0)
     assert greedy.shape == (2, 25) and torch.equal(greedy, model.generate(prompt, 20, temperature=0, use_cache=False))
@@ -141,7 +141,7 @@ def test_generate_past_block_size_and_sampling_reproducible():
 
 
 def test_structure_for_swapping_the_mlp():
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=1, d_ff=64, block_size=16))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=3, n_head=4, n_kv_head=1, n_inner=64, block_size=16))
     assert isinstance(model.blocks, torch.nn.ModuleList) and len(model.blocks) == 3
     for block in model.blocks:
         assert {"attn_norm", "attn", "mlp_norm", "mlp"} <= dict(block.named_children()).keys()
@@ -150,6 +150,16 @@ def test_structure_for_swapping_the_mlp():
     model.blocks[1].mlp = torch.nn.Identity()  # any (B, T, d) -> (B, T, d) module fits
     logits, loss = model(torch.randint(0, 50, (2, 6)), torch.randint(0, 50, (2, 6)))
     assert logits.shape == (2, 6, 50) and loss.ndim == 0
+
+
+def test_projections_have_hugging_face_names():
+    """peft-style target_modules and the weight map match on the projections' own names."""
+    model = Llama.from_hf(hf_model("qwen3"))
+    leaves = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert leaves == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
+    for theirs, ours in hf_llama_key_map(model.config).items():
+        if "_proj." in theirs:
+            assert theirs.split(".")[-2:] == ours.split(".")[-2:], (theirs, ours)
 
 
 def test_top_level_names():
@@ -183,12 +193,12 @@ def test_llama3_frequencies_against_hf():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(d_model=100, n_heads=3), "n_heads must divide d_model"),
-    (dict(n_heads=8, n_kv_heads=3, d_model=64), "n_kv_heads must divide n_heads"),
+    (dict(n_embd=100, n_head=3), "n_head must divide n_embd"),
+    (dict(n_head=8, n_kv_head=3, n_embd=64), "n_kv_head must divide n_head"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling\\['rope_type'\\]"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "low_freq_factor"),
     (dict(head_dim=7), "head_dim must be even"),
-    (dict(n_layers=0), "n_layers"),
+    (dict(n_layer=0), "n_layer"),
     (dict(norm_eps=0.0), "norm_eps"),
 ])
 def test_bad_configs(kwargs, match):
@@ -201,7 +211,7 @@ def test_config_types_and_json_round_trip(tmp_path):
         LlamaConfig(qk_norm=1)
     with pytest.raises(TypeError, match="rope_scaling"):
         LlamaConfig(rope_scaling="llama3")
-    cfg = LlamaConfig(vocab_size=50, d_model=48, n_heads=4, n_kv_heads=2, head_dim=16, qk_norm=True,
+    cfg = LlamaConfig(vocab_size=50, n_embd=48, n_head=4, n_kv_head=2, head_dim=16, qk_norm=True,
                       rope_scaling=dict(type="llama3", factor=8, low_freq_factor=1, high_freq_factor=4,
                                         original_max_position_embeddings=64))
     assert cfg.d_head == 16 and cfg.rope_scaling["rope_type"] == "llama3"
@@ -253,13 +263,13 @@ def test_state_dict_errors():
     (torch.full((1, 3), 50), ValueError, "vocab_size=50"),
 ])
 def test_bad_inputs(bad, error, match):
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64, block_size=16))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_kv_head=2, n_inner=64, block_size=16))
     with pytest.raises(error, match=match):
         model(bad)
 
 
 def test_bad_generate_and_cache_arguments():
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64, block_size=16))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_kv_head=2, n_inner=64, block_size=16))
     idx = torch.zeros(1, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="temperature"):
         model.generate(idx, 2, temperature=-1.0)

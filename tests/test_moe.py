@@ -91,7 +91,7 @@ def test_sparse_moe_backward_reaches_router_and_experts():
     x = randn(2, 6, C, dtype=torch.float32)
     (moe(x).square().sum() + load_balancing_loss(moe.router_logits, K)).backward()
     assert moe.router.weight.grad.abs().sum() > 0
-    grads = [ex.w_down.weight.grad for ex in moe.experts]
+    grads = [ex.down_proj.weight.grad for ex in moe.experts]
     used = [i for i, g in enumerate(grads) if g is not None and g.abs().sum() > 0]
     assert len(used) >= K
 

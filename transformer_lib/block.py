@@ -275,7 +275,7 @@ class FeedForward(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """The gated feed-forward network of Shazeer (2020), ``w_down(silu(w_gate(x)) * w_up(x))``.
+    """The gated feed-forward network of Shazeer (2020), ``down_proj(silu(gate_proj(x)) * up_proj(x))``.
 
     Args:
         d_model: input and output width C.
@@ -284,9 +284,9 @@ class SwiGLU(nn.Module):
         bias: whether the three projections have biases (LLaMA: no).
 
     Attributes:
-        w_gate: ``nn.Linear(d_model, d_ff)``, whose SiLU is the gate.
-        w_up: ``nn.Linear(d_model, d_ff)``, the gated values.
-        w_down: ``nn.Linear(d_ff, d_model)``, the projection back.
+        gate_proj: ``nn.Linear(d_model, d_ff)``, whose SiLU is the gate.
+        up_proj: ``nn.Linear(d_model, d_ff)``, the gated values.
+        down_proj: ``nn.Linear(d_ff, d_model)``, the projection back.
 
     Raises:
         TypeError: if an argument has the wrong type.
@@ -300,9 +300,9 @@ class SwiGLU(nn.Module):
             d_ff = -(-int(8 * self.d_model / 3) // 8) * 8  # round up to a multiple of 8
         self.d_ff = check_int("SwiGLU", "d_ff", d_ff, minimum=1)
         bias = check_bool("SwiGLU", "bias", bias)
-        self.w_gate = nn.Linear(self.d_model, self.d_ff, bias=bias)
-        self.w_up = nn.Linear(self.d_model, self.d_ff, bias=bias)
-        self.w_down = nn.Linear(self.d_ff, self.d_model, bias=bias)
+        self.gate_proj = nn.Linear(self.d_model, self.d_ff, bias=bias)
+        self.up_proj = nn.Linear(self.d_model, self.d_ff, bias=bias)
+        self.down_proj = nn.Linear(self.d_ff, self.d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the gated MLP to every position.
@@ -313,7 +313,7 @@ class SwiGLU(nn.Module):
         Returns:
             (..., C) tensor.
         """
-        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 def _activation_name(where: str, act) -> str:

@@ -158,21 +158,43 @@ class LlamaConfig(JSONConfig):
     field is validated when the object is built, and the object is frozen; ``to_dict``/``to_json``
     and ``from_dict``/``from_json`` convert it as for ``GPTConfig``.
 
+    The fields have nanoGPT's names, as in :class:`~transformer_lib.config.GPTConfig`;
+    :func:`llama_config_from_hf` reads each from the Hugging Face field beside it:
+
+    ==================  ===========================================================
+    ``LlamaConfig``     Hugging Face ``LlamaConfig`` / ``Qwen3Config``
+    ==================  ===========================================================
+    ``vocab_size``      ``vocab_size``
+    ``n_embd``          ``hidden_size``
+    ``n_layer``         ``num_hidden_layers``
+    ``n_head``          ``num_attention_heads``
+    ``n_kv_head``       ``num_key_value_heads``
+    ``n_inner``         ``intermediate_size`` (GPT-2's ``n_inner``)
+    ``block_size``      ``max_position_embeddings``
+    ``rope_theta``      ``rope_theta`` (transformers 5: ``rope_parameters["rope_theta"]``)
+    ``norm_eps``        ``rms_norm_eps``
+    ``qk_norm``         ``model_type == "qwen3"``
+    ``tie_embeddings``  ``tie_word_embeddings``
+    ``head_dim``        ``head_dim``
+    ``rope_scaling``    ``rope_scaling`` (transformers 5: ``rope_parameters``)
+    ``attn_bias``       ``attention_bias``
+    ==================  ===========================================================
+
     Args:
         vocab_size: number of token ids (>= 1).
-        d_model: width of the residual stream (>= 1).
-        n_layers: number of blocks (>= 1).
-        n_heads: query heads per block (>= 1).
-        n_kv_heads: key-value heads per block (>= 1), dividing ``n_heads``: ``n_heads`` is
+        n_embd: width of the residual stream (>= 1).
+        n_layer: number of blocks (>= 1).
+        n_head: query heads per block (>= 1).
+        n_kv_head: key-value heads per block (>= 1), dividing ``n_head``: ``n_head`` is
             multi-head attention, 1 multi-query attention, a number between grouped-query attention.
-        d_ff: hidden width of the SwiGLU feed-forward network (>= 1).
-        block_size: the longest context (>= 1), Hugging Face's ``max_position_embeddings``.
+        n_inner: hidden width of the SwiGLU feed-forward network (>= 1).
+        block_size: the longest context (>= 1).
         rope_theta: the RoPE base (> 0).
         norm_eps: the RMSNorms' epsilon (> 0).
         qk_norm: RMS-normalise each query and key head before RoPE (Qwen3).
         tie_embeddings: the output layer shares the token embedding's matrix.
-        head_dim: width of one head, even; None means ``d_model // n_heads`` (``n_heads`` must
-            then divide ``d_model``). Qwen3 sets it explicitly.
+        head_dim: width of one head, even; None means ``n_embd // n_head`` (``n_head`` must
+            then divide ``n_embd``). Qwen3 sets it explicitly.
         rope_scaling: None, or a dict with ``"rope_type": "llama3"`` and the keys ``factor``,
             ``low_freq_factor``, ``high_freq_factor`` and ``original_max_position_embeddings``.
         attn_bias: the query, key, value and output projections have biases.
@@ -184,11 +206,11 @@ class LlamaConfig(JSONConfig):
     """
 
     vocab_size: int = 49152
-    d_model: int = 576
-    n_layers: int = 30
-    n_heads: int = 9
-    n_kv_heads: int = 3
-    d_ff: int = 1536
+    n_embd: int = 576
+    n_layer: int = 30
+    n_head: int = 9
+    n_kv_head: int = 3
+    n_inner: int = 1536
     block_size: int = 8192
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
@@ -201,22 +223,22 @@ class LlamaConfig(JSONConfig):
     def __post_init__(self):
         w = "LlamaConfig"
         f = {name: check_int(w, name, getattr(self, name), minimum=1)
-             for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "block_size")}
+             for name in ("vocab_size", "n_embd", "n_layer", "n_head", "n_kv_head", "n_inner", "block_size")}
         if self.head_dim is None:
-            if f["d_model"] % f["n_heads"]:
+            if f["n_embd"] % f["n_head"]:
                 raise ValueError(
-                    f"{w}: n_heads must divide d_model when head_dim is None, got d_model={f['d_model']} "
-                    f"and n_heads={f['n_heads']}"
+                    f"{w}: n_head must divide n_embd when head_dim is None, got n_embd={f['n_embd']} "
+                    f"and n_head={f['n_head']}"
                 )
-            head_dim = f["d_model"] // f["n_heads"]
+            head_dim = f["n_embd"] // f["n_head"]
         else:
             f["head_dim"] = head_dim = check_int(w, "head_dim", self.head_dim, minimum=2)
         if head_dim % 2:
             raise ValueError(f"{w}: head_dim must be even (RoPE rotates pairs of features), got head_dim={head_dim}")
-        if f["n_heads"] % f["n_kv_heads"]:
+        if f["n_head"] % f["n_kv_head"]:
             raise ValueError(
-                f"{w}: n_kv_heads must divide n_heads (each key-value head serves a group of query heads), "
-                f"got n_heads={f['n_heads']} and n_kv_heads={f['n_kv_heads']}"
+                f"{w}: n_kv_head must divide n_head (each key-value head serves a group of query heads), "
+                f"got n_head={f['n_head']} and n_kv_head={f['n_kv_head']}"
             )
         f["rope_theta"] = check_float(w, "rope_theta", self.rope_theta, minimum=0.0, min_open=True)
         f["norm_eps"] = check_float(w, "norm_eps", self.norm_eps, minimum=0.0, min_open=True)
@@ -229,8 +251,8 @@ class LlamaConfig(JSONConfig):
 
     @property
     def d_head(self) -> int:
-        """The width of one head: ``head_dim``, or ``d_model // n_heads`` when that is None."""
-        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+        """The width of one head: ``head_dim``, or ``n_embd // n_head`` when that is None."""
+        return self.n_embd // self.n_head if self.head_dim is None else self.head_dim
 
 
 def _check_rope_scaling(where: str, scaling) -> dict:
@@ -336,21 +358,21 @@ class LlamaBlock(nn.Module):
         config: a validated :class:`LlamaConfig`.
 
     Attributes:
-        attn_norm: :class:`~transformer_lib.block.RMSNorm` ``(d_model,)`` before the attention.
+        attn_norm: :class:`~transformer_lib.block.RMSNorm` ``(n_embd,)`` before the attention.
         attn: :class:`GroupedQueryAttention`.
-        mlp_norm: :class:`~transformer_lib.block.RMSNorm` ``(d_model,)`` before the feed-forward network.
-        mlp: :class:`~transformer_lib.block.SwiGLU` ``(d_model, d_ff)`` without biases; any module
-            mapping (B, T, d_model) to (B, T, d_model) may replace it.
+        mlp_norm: :class:`~transformer_lib.block.RMSNorm` ``(n_embd,)`` before the feed-forward network.
+        mlp: :class:`~transformer_lib.block.SwiGLU` ``(n_embd, n_inner)`` without biases; any module
+            mapping (B, T, n_embd) to (B, T, n_embd) may replace it.
     """
 
     def __init__(self, config: LlamaConfig):
         super().__init__()
         c = config
-        self.attn_norm = RMSNorm(c.d_model, eps=c.norm_eps)
-        self.attn = GroupedQueryAttention(c.d_model, c.n_heads, c.n_kv_heads, c.d_head,
+        self.attn_norm = RMSNorm(c.n_embd, eps=c.norm_eps)
+        self.attn = GroupedQueryAttention(c.n_embd, c.n_head, c.n_kv_head, c.d_head,
                                           qk_norm=c.qk_norm, bias=c.attn_bias, eps=c.norm_eps)
-        self.mlp_norm = RMSNorm(c.d_model, eps=c.norm_eps)
-        self.mlp = SwiGLU(c.d_model, c.d_ff, bias=False)
+        self.mlp_norm = RMSNorm(c.n_embd, eps=c.norm_eps)
+        self.mlp = SwiGLU(c.n_embd, c.n_inner, bias=False)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv_cache=None) -> Tensor:
         """x (B, T, C) -> (B, T, C); ``cos``, ``sin`` and ``kv_cache`` as for :class:`GroupedQueryAttention`."""
@@ -361,7 +383,7 @@ class LlamaBlock(nn.Module):
 class Llama(nn.Module):
     """A decoder-only language model of the Llama family: Llama 2/3, SmolLM2, Qwen3.
 
-    ``idx`` (B, T) -> ``tok_emb`` -> ``n_layers`` :class:`LlamaBlock` (RoPE inside attention, no
+    ``idx`` (B, T) -> ``tok_emb`` -> ``n_layer`` :class:`LlamaBlock` (RoPE inside attention, no
     position embedding) -> ``norm`` (RMSNorm) -> ``lm_head`` -> logits (B, T, vocab_size).
     Initialisation: the weights of every ``nn.Linear`` and ``nn.Embedding`` from N(0, 0.02^2),
     biases 0, normalisation gains 1 (Hugging Face's ``initializer_range`` of 0.02).
@@ -371,11 +393,11 @@ class Llama(nn.Module):
 
     Attributes:
         config: the configuration.
-        tok_emb: ``nn.Embedding(vocab_size, d_model)``.
-        blocks: ``nn.ModuleList`` of ``n_layers`` :class:`LlamaBlock`, each with ``attn_norm``,
+        tok_emb: ``nn.Embedding(vocab_size, n_embd)``.
+        blocks: ``nn.ModuleList`` of ``n_layer`` :class:`LlamaBlock`, each with ``attn_norm``,
             ``attn``, ``mlp_norm`` and ``mlp``.
         norm: the final :class:`~transformer_lib.block.RMSNorm`.
-        lm_head: ``nn.Linear(d_model, vocab_size, bias=False)``; ``lm_head.weight is
+        lm_head: ``nn.Linear(n_embd, vocab_size, bias=False)``; ``lm_head.weight is
             tok_emb.weight`` when ``tie_embeddings``.
 
     Raises:
@@ -387,10 +409,10 @@ class Llama(nn.Module):
         if not isinstance(config, LlamaConfig):
             raise TypeError(f"Llama: config must be a LlamaConfig, got config={type(config).__name__}")
         c = self.config = config
-        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.blocks = nn.ModuleList(LlamaBlock(c) for _ in range(c.n_layers))
-        self.norm = RMSNorm(c.d_model, eps=c.norm_eps)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
+        self.blocks = nn.ModuleList(LlamaBlock(c) for _ in range(c.n_layer))
+        self.norm = RMSNorm(c.n_embd, eps=c.norm_eps)
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self._inv_freq = rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling)  # float64, not a buffer
@@ -442,8 +464,8 @@ class Llama(nn.Module):
             past = getattr(kv_cache, "length", None)
             if not isinstance(past, int) or isinstance(past, bool) or not hasattr(kv_cache, "__len__"):
                 raise TypeError(f"{w}: kv_cache must be a KVCache (see Llama.new_kv_cache), got {type(kv_cache).__name__}")
-            if len(kv_cache) != c.n_layers:
-                raise ValueError(f"{w}: kv_cache must hold one cache per block ({c.n_layers}), got {len(kv_cache)}")
+            if len(kv_cache) != c.n_layer:
+                raise ValueError(f"{w}: kv_cache must hold one cache per block ({c.n_layer}), got {len(kv_cache)}")
         if past + idx.size(1) > c.block_size:
             raise ValueError(
                 f"{w}: idx must have at most block_size={c.block_size} positions"
@@ -464,10 +486,10 @@ class Llama(nn.Module):
 
     def kv_cache_geometry(self) -> tuple[int, int, int]:
         """(layers, key-value heads, head size): what Chapter 12's ``KVCache.for_model`` allocates for this model."""
-        return self.config.n_layers, self.config.n_kv_heads, self.config.d_head
+        return self.config.n_layer, self.config.n_kv_head, self.config.d_head
 
     def new_kv_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
-        """An empty :class:`~transformer_lib.generation.KVCache` of ``n_kv_heads`` heads per layer (``KVCache.for_model``).
+        """An empty :class:`~transformer_lib.generation.KVCache` of ``n_kv_head`` heads per layer (``KVCache.for_model``).
 
         Args:
             batch_size: number of sequences (>= 1).
@@ -486,7 +508,7 @@ class Llama(nn.Module):
         At each step the model reads at most the last ``block_size`` tokens, and
         :func:`~transformer_lib.generation.sample_next` draws the next token from the last logits.
         With ``use_cache`` the keys and values of earlier positions stay in a
-        :class:`~transformer_lib.generation.KVCache` of ``n_kv_heads`` heads per layer, so a step
+        :class:`~transformer_lib.generation.KVCache` of ``n_kv_head`` heads per layer, so a step
         runs the model on one new token (past ``block_size`` the cache is rebuilt from the window,
         as for ``GPT``). Both ways give the same tokens, up to rounding in the logits. The model is
         in evaluation mode while it generates and gets its previous mode back.
@@ -593,14 +615,14 @@ def llama_config_from_hf(hf_config, *, qk_norm: bool | None = None) -> LlamaConf
             f"{where}: rope_scaling must have the type 'default' or {' or '.join(map(repr, ROPE_SCALING_KEYS))}, "
             f"got rope_scaling={rope!r}"
         )
-    d_model, n_heads = get("hidden_size"), get("num_attention_heads")
+    n_embd, n_head = get("hidden_size"), get("num_attention_heads")
     head_dim = get("head_dim")
-    if isinstance(d_model, int) and isinstance(n_heads, int) and n_heads > 0 and head_dim == d_model // n_heads \
-            and d_model % n_heads == 0:
+    if isinstance(n_embd, int) and isinstance(n_head, int) and n_head > 0 and head_dim == n_embd // n_head \
+            and n_embd % n_head == 0:
         head_dim = None  # the default: keep the configuration's head_dim None
     return LlamaConfig(
-        vocab_size=get("vocab_size"), d_model=d_model, n_layers=get("num_hidden_layers"), n_heads=n_heads,
-        n_kv_heads=get("num_key_value_heads") or n_heads, d_ff=get("intermediate_size"),
+        vocab_size=get("vocab_size"), n_embd=n_embd, n_layer=get("num_hidden_layers"), n_head=n_head,
+        n_kv_head=get("num_key_value_heads") or n_head, n_inner=get("intermediate_size"),
         block_size=get("max_position_embeddings"), rope_theta=float(theta), norm_eps=float(get("rms_norm_eps")),
         qk_norm=qk_norm, tie_embeddings=bool(get("tie_word_embeddings", False)), head_dim=head_dim,
         rope_scaling=None if kind == "default" else rope, attn_bias=bool(get("attention_bias", False)),
@@ -615,11 +637,11 @@ def hf_llama_key_map(config: LlamaConfig) -> dict[str, str]:
     parts = {
         "input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm",
         **{f"self_attn.{p}_proj": f"attn.{p}_proj" for p in "qkvo"},
-        "mlp.gate_proj": "mlp.w_gate", "mlp.up_proj": "mlp.w_up", "mlp.down_proj": "mlp.w_down",
+        **{f"mlp.{p}_proj": f"mlp.{p}_proj" for p in ("gate", "up", "down")},
     }
     if config.qk_norm:
         parts.update({"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"})
-    for i in range(config.n_layers):
+    for i in range(config.n_layer):
         for theirs, ours in parts.items():
             keys[f"model.layers.{i}.{theirs}.weight"] = f"blocks.{i}.{ours}.weight"
             if config.attn_bias and theirs.endswith("_proj") and theirs.startswith("self_attn."):

@@ -229,10 +229,10 @@ class SparseMoE(nn.Module):
         with torch.no_grad():
             moe.router.weight.copy_(block.gate.weight)
             for e, expert in enumerate(moe.experts):
-                w_gate, w_up = gate_up[e].chunk(2, dim=0)
-                expert.w_gate.weight.copy_(w_gate)
-                expert.w_up.weight.copy_(w_up)
-                expert.w_down.weight.copy_(down[e])
+                gate, up = gate_up[e].chunk(2, dim=0)
+                expert.gate_proj.weight.copy_(gate)
+                expert.up_proj.weight.copy_(up)
+                expert.down_proj.weight.copy_(down[e])
         return moe.train(block.training)
 
 
@@ -296,7 +296,7 @@ def moe_from_hf(model: nn.Module) -> Llama:
 
     The configuration is read by :func:`~transformer_lib.llama.llama_config_from_hf` (with QK-norm),
     so everything it refuses is refused here too; the ``mlp`` of every block is then replaced by
-    :meth:`SparseMoE.from_hf` of the corresponding layer (the configuration's ``d_ff`` is
+    :meth:`SparseMoE.from_hf` of the corresponding layer (the configuration's ``n_inner`` is
     Hugging Face's unused ``intermediate_size``). After a forward pass, ``block.mlp.router_logits``
     of each block feed :func:`load_balancing_loss`. PyTorch's global random state is left as it was.
 
