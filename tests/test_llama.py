@@ -100,7 +100,8 @@ def test_logits_equal_hf_float64(kind, extra):
     hf = hf_model(kind, torch.float64, **dict(extra))
     ours = Llama.from_hf(hf)
     assert ours.tok_emb.weight.dtype == torch.float64
-    in_float64(hf, ours._inv_freq)
+    c = ours.config
+    in_float64(hf, rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling))
     with torch.no_grad():
         diff = (ours(IDS)[0] - hf(IDS).logits).abs().max().item()
     assert diff < 1e-12
@@ -160,6 +161,40 @@ def test_projections_have_hugging_face_names():
     for theirs, ours in hf_llama_key_map(model.config).items():
         if "_proj." in theirs:
             assert theirs.split(".")[-2:] == ours.split(".")[-2:], (theirs, ours)
+
+
+SMALL = dict(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_kv_head=2, n_inner=64)
+
+
+def test_rope_tables_are_buffers_rounded_once_to_the_model_dtype():
+    model = Llama(LlamaConfig(**SMALL, block_size=24))
+    assert not any(k.startswith("rope_") for k in model.state_dict())
+    for dtype in (torch.float64, torch.bfloat16, torch.float32):  # float64 must not be float32's rounding, cast up
+        model.to(dtype)
+        cos, sin = rope_cos_sin(rope_inv_freq(8, 10000.0), 0, 24, dtype=dtype)
+        assert model.rope_cos.dtype == dtype and torch.equal(model.rope_cos, cos) and torch.equal(model.rope_sin, sin)
+
+
+def test_context_longer_than_the_rope_tables(monkeypatch):
+    torch.manual_seed(0)
+    full = Llama(LlamaConfig(**SMALL, block_size=24)).double()
+    monkeypatch.setattr("transformer_lib.llama._ROPE_TABLE_POSITIONS", 8)
+    short = Llama(LlamaConfig(**SMALL, block_size=24)).double()
+    short.load_state_dict(full.state_dict())
+    assert full.rope_cos.shape == (24, 4) and short.rope_cos.shape == (8, 4)
+    idx = torch.randint(0, 50, (2, 20))
+    expected = full(idx)[0]
+    assert torch.equal(short(idx)[0], expected)
+    cache = short.new_kv_cache(2, 24)  # chunks inside the tables, across their end, and past it
+    parts = [short(idx[:, a:b], kv_cache=cache)[0] for a, b in ((0, 5), (5, 11), (11, 12), (12, 20))]
+    assert (torch.cat(parts, 1) - expected).abs().max().item() < 1e-12
+
+
+def test_huge_block_size_allocates_only_the_first_positions():
+    model = Llama(LlamaConfig(**SMALL, block_size=10**12))
+    assert model.rope_cos.shape == (65536, 4) and model.rope_cos.dtype == torch.float32
+    logits, _ = model(torch.randint(0, 50, (1, 5)))
+    assert logits.shape == (1, 5, 50)
 
 
 def test_top_level_names():

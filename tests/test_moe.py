@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+from transformer_lib.llama import rope_inv_freq
 from transformer_lib.moe import (
     SparseMoE,
     expert_capacity,
@@ -190,7 +191,8 @@ def test_moe_from_hf_equals_qwen3_moe_for_causal_lm(dtype):
     hf = hf_model(dtype)
     ours = moe_from_hf(hf)
     if dtype == torch.float64:
-        hf_rms_rope_in_float64(hf, ours._inv_freq)
+        c = ours.config
+        hf_rms_rope_in_float64(hf, rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling))
     idx = torch.randint(0, 53, (2, 11), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         out = hf(idx, output_router_logits=True)

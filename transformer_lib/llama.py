@@ -380,6 +380,11 @@ class LlamaBlock(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+#: The most positions whose RoPE angles :class:`Llama` keeps as buffers (P * head_dim numbers: 32 MiB for
+#: head_dim 128 in float32), so that a huge ``block_size`` costs no memory until a context reaches it.
+_ROPE_TABLE_POSITIONS = 65536
+
+
 class Llama(nn.Module):
     """A decoder-only language model of the Llama family: Llama 2/3, SmolLM2, Qwen3.
 
@@ -399,6 +404,11 @@ class Llama(nn.Module):
         norm: the final :class:`~transformer_lib.block.RMSNorm`.
         lm_head: ``nn.Linear(n_embd, vocab_size, bias=False)``; ``lm_head.weight is
             tok_emb.weight`` when ``tie_embeddings``.
+        rope_cos: buffer (P, head_dim // 2), the cosines of the RoPE angles of the positions
+            ``0 .. P - 1``, P = ``min(block_size, 65536)``, in the dtype of the weights; not saved
+            in the state dict (it follows from the configuration). Positions past P, in a longer
+            context, are computed when a forward pass reaches them.
+        rope_sin: buffer (P, head_dim // 2), the sines, likewise.
 
     Raises:
         TypeError: if ``config`` is not a :class:`LlamaConfig`.
@@ -415,12 +425,27 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self._inv_freq = rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling)  # float64, not a buffer
+        self._set_rope_tables()
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, mean=0.0, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
+
+    def _set_rope_tables(self) -> None:
+        """(Re)compute the buffers ``rope_cos`` and ``rope_sin``: angles in float64, rounded once to the weights' dtype."""
+        c, weight = self.config, self.tok_emb.weight
+        inv_freq = rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling)
+        cos, sin = rope_cos_sin(inv_freq, 0, min(c.block_size, _ROPE_TABLE_POSITIONS), device=weight.device, dtype=weight.dtype)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        # .to(), .double(), .half(), .cuda() ... convert every tensor; converting the tables would round
+        # float32 numbers into a float64 model, so recompute them from float64 in the new dtype.
+        super()._apply(fn, recurse)
+        self._set_rope_tables()
+        return self
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, kv_cache=None) -> tuple[Tensor, Tensor | None]:
         """Next-token logits for every position, and the loss if targets are given.
@@ -445,8 +470,14 @@ class Llama(nn.Module):
                 outside ``[-1, vocab_size)``; if ``kv_cache`` does not have one layer per block.
         """
         past = self._check_inputs(idx, targets, kv_cache)
+        T = idx.size(1)
         x = self.tok_emb(idx)
-        cos, sin = rope_cos_sin(self._inv_freq, past, idx.size(1), device=x.device, dtype=x.dtype)
+        if past + T <= self.rope_cos.size(0):  # the angles of positions past .. past + T - 1
+            cos, sin = self.rope_cos[past : past + T], self.rope_sin[past : past + T]
+        else:  # a context longer than the tables: compute these positions' angles
+            c = self.config
+            inv_freq = rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling)
+            cos, sin = rope_cos_sin(inv_freq, past, T, device=x.device, dtype=x.dtype)
         caches = [None] * len(self.blocks) if kv_cache is None else kv_cache
         for block, layer_cache in zip(self.blocks, caches):
             x = block(x, cos, sin, layer_cache)
