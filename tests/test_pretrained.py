@@ -18,7 +18,7 @@ from transformer_lib.gpt import GPT
 from transformer_lib.pretrained import (
     BOOK_MODELS, BRANCH, MODELS_PATH, REPOSITORY_URL, book_model_dir, book_model_url, load_book_model,
 )
-from transformer_lib.training import TrainConfig
+from transformer_lib.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "shakespeare-baby"

@@ -32,13 +32,14 @@ from pathlib import Path
 import torch
 
 import transformer_lib
-from transformer_lib.config import GPTConfig
+from transformer_lib.config import GPTConfig, TrainConfig
 from transformer_lib.data import (
     TINY_SHAKESPEARE_SHA256, CharTokenizer, load_tiny_shakespeare, sha256sum, train_val_split,
 )
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
-from transformer_lib.training import METRICS_FILE, TrainConfig, train
+from transformer_lib.rundir import METRICS_FILE
+from transformer_lib.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 INIT_SEED = 0  # torch.manual_seed before GPT(...), as chapter 10 does

@@ -26,18 +26,25 @@ from transformer_lib.block import (
 from transformer_lib.config import (
     GPTConfig,
     GPT_PRESETS,
+    TrainConfig,
     Seq2SeqConfig,
 )
 from transformer_lib.gpt import (
     GPT,
 )
 from transformer_lib.training import (
-    cosine_lr,
-    TrainConfig,
     estimate_loss,
+    train,
+)
+from transformer_lib.optim import (
+    cosine_lr,
+    Muon,
+    split_muon_params,
+    MuonWithAdamW,
+)
+from transformer_lib.checkpoint import (
     save_checkpoint,
     load_checkpoint,
-    train,
 )
 from transformer_lib.evaluate import (
     evaluate_split,
@@ -76,11 +83,6 @@ from transformer_lib.moe import (
 from transformer_lib.flash import (
     flash_attention,
 )
-from transformer_lib.optim import (
-    Muon,
-    split_muon_params,
-    MuonWithAdamW,
-)
 
 __version__ = "0.2.0"
 
@@ -95,14 +97,17 @@ __all__ = [
     "TransformerBlock",
     "GPTConfig",
     "GPT_PRESETS",
+    "TrainConfig",
     "Seq2SeqConfig",
     "GPT",
-    "cosine_lr",
-    "TrainConfig",
     "estimate_loss",
+    "train",
+    "cosine_lr",
+    "Muon",
+    "split_muon_params",
+    "MuonWithAdamW",
     "save_checkpoint",
     "load_checkpoint",
-    "train",
     "evaluate_split",
     "load_book_model",
     "EncoderDecoder",
@@ -122,7 +127,4 @@ __all__ = [
     "load_balancing_loss",
     "moe_from_hf",
     "flash_attention",
-    "Muon",
-    "split_muon_params",
-    "MuonWithAdamW",
 ]

@@ -38,12 +38,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_path, check_tensor, describe
+from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_path, check_tensor, check_token_ids, describe
 from transformer_lib.block import RMSNorm, SwiGLU
 from transformer_lib.bpe import ByteBPETokenizer, load_tokenizer_json
 from transformer_lib.data import fetch
 from transformer_lib.generation import KVCache, generate
-from transformer_lib.gpt import _check_ids
 from transformer_lib.utils import JSONConfig
 
 
@@ -436,7 +435,7 @@ class Llama(nn.Module):
     def _check_inputs(self, idx, targets, kv_cache) -> int:
         """Validate the inputs of :meth:`forward`; return the number of cached positions."""
         w, c = "Llama.forward", self.config
-        check_tensor(w, "idx", idx, dtype=torch.int64, ndim=2, nonempty=True)
+        check_token_ids(w, "idx", idx, c.vocab_size, ndim=2)  # the range on the CPU only: reading waits for a device
         past = 0
         if kv_cache is not None:
             past = getattr(kv_cache, "length", None)
@@ -453,13 +452,9 @@ class Llama(nn.Module):
         if idx.device != device:
             raise ValueError(f"{w}: idx must be on the model's device {device}, got idx.device={idx.device}")
         if targets is not None:
-            check_tensor(w, "targets", targets, dtype=torch.int64, shape=tuple(idx.shape))
+            check_token_ids(w, "targets", targets, c.vocab_size, shape=tuple(idx.shape), ignore_index=-1)
             if targets.device != idx.device:
                 raise ValueError(f"{w}: targets must be on the device of idx, {idx.device}, got targets.device={targets.device}")
-        if idx.device.type == "cpu" and not torch.compiler.is_compiling():  # reads the values: CPU only
-            _check_ids(w, "idx", idx, 0, c.vocab_size)
-            if targets is not None:
-                _check_ids(w, "targets", targets, -1, c.vocab_size, " or -1 (ignored)")
         return past
 
     def kv_cache_geometry(self) -> tuple[int, int, int]:
