@@ -4,6 +4,7 @@ import hashlib
 import json
 import unicodedata
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +22,8 @@ from transformer_lib.bpe import (
     pretokenize,
     train_bpe,
 )
-from transformer_lib.data import CACHE_ENV, DATA_ENV, CharTokenizer
+from transformer_lib.data import CharTokenizer
+from transformer_lib.hub import CACHE_ENV, DATA_ENV, GPT2_REVISION, PINNED_FILES
 
 EOT = "<|endoftext|>"
 # A small multilingual corpus, so that the merges also join bytes of multi-byte characters.
@@ -523,8 +525,8 @@ def gpt2_like_files(tok, tmp_path, monkeypatch):
 
 def test_load_gpt2_tokenizer_from_local_path(tok, gpt2_like_files, monkeypatch):
     digest = lambda name: hashlib.sha256((gpt2_like_files / name).read_bytes()).hexdigest()
-    monkeypatch.setattr(bpe, "GPT2_VOCAB_SHA256", digest("gpt2-vocab.json"))
-    monkeypatch.setattr(bpe, "GPT2_MERGES_SHA256", digest("gpt2-merges.txt"))
+    for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
+        monkeypatch.setitem(PINNED_FILES, name, PINNED_FILES[name]._replace(sha256=digest(name)))
     loaded = load_gpt2_tokenizer(gpt2_like_files)
     assert loaded.merges == tok.merges and dict(loaded.special_tokens) == dict(tok.special_tokens)
     assert loaded.encode(CORPUS[:300]) == tok.encode(CORPUS[:300])
@@ -555,6 +557,8 @@ def test_load_gpt2_tokenizer_path_errors(gpt2_like_files, tmp_path):
 
 def test_gpt2_constants():
     assert GPT2_END_OF_TEXT == EOT
-    assert bpe.GPT2_VOCAB_URL.endswith("/vocab.json") and bpe.GPT2_MERGES_URL.endswith("/merges.txt")
-    assert bpe.GPT2_REVISION in bpe.GPT2_VOCAB_URL and bpe.GPT2_REVISION in bpe.GPT2_MERGES_URL
+    vocab, merges = PINNED_FILES["gpt2-vocab.json"], PINNED_FILES["gpt2-merges.txt"]
+    assert vocab.url.endswith("/vocab.json") and merges.url.endswith("/merges.txt")
+    assert vocab.revision == merges.revision == GPT2_REVISION  # the revision of the weights
+    assert "transformer_lib.gpt2" not in Path(bpe.__file__).read_text(encoding="utf-8")  # the tokenizer needs no model
     assert GPT2_SPLIT_PATTERN.startswith("'s|'t|'re|'ve|'m|'ll|'d")

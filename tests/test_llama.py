@@ -15,8 +15,9 @@ from transformer_lib.block import SwiGLU
 from transformer_lib.embeddings import apply_rope, rope_angles
 from transformer_lib.bpe import DIGITS_SPLIT_PATTERN, load_tokenizer_json
 from transformer_lib.generation import KVCache
+from transformer_lib.hub import PINNED_FILES, SMOLLM2_REPO, SMOLLM2_REVISION
+from transformer_lib.pretrained import SMOLLM2_FILES
 from transformer_lib.llama import (
-    SMOLLM2_FILES,
     GroupedQueryAttention,
     Llama,
     LlamaConfig,
@@ -322,4 +323,7 @@ def test_tokenizer_json_refusals(tmp_path):
 
 def test_smollm2_pins_are_digests():
     assert set(SMOLLM2_FILES) == {"config.json", "tokenizer.json", "model.safetensors"}
-    assert all(len(h) == 64 and int(h, 16) >= 0 for h in SMOLLM2_FILES.values())
+    pins = [PINNED_FILES[f"models/SmolLM2-135M/{name}"] for name in SMOLLM2_FILES]
+    assert all(len(p.sha256) == 64 and int(p.sha256, 16) >= 0 for p in pins)
+    assert all(p.url.startswith(f"https://huggingface.co/{SMOLLM2_REPO}/") and p.revision == SMOLLM2_REVISION
+               for p in pins)

@@ -12,17 +12,28 @@ import yaml
 import transformer_lib
 from transformer_lib import pretrained
 from transformer_lib.config import GPTConfig
-from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, sha256sum, train_val_split
+from transformer_lib.config import TrainConfig
+from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
-from transformer_lib.pretrained import (
-    BOOK_MODELS, BRANCH, MODELS_PATH, REPOSITORY_URL, book_model_dir, book_model_url, load_book_model,
-)
-from transformer_lib.config import TrainConfig
+from transformer_lib.hub import BRANCH, MODELS_PATH, PINNED_FILES, REPOSITORY_URL, book_model_url, sha256sum
+from transformer_lib.pretrained import BOOK_MODELS, book_model_dir, load_book_model
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "shakespeare-baby"
 SHIPPED = ROOT / MODELS_PATH / NAME
+
+
+def pins(name: str) -> dict[str, str]:
+    """File name -> pinned SHA-256 of every file of a shipped model."""
+    return {filename: PINNED_FILES[f"models/{name}/{filename}"].sha256 for filename in BOOK_MODELS[name]}
+
+
+def serve_from(monkeypatch, url):
+    """Point the pinned URL of every file of the model NAME at ``url(filename)``."""
+    for filename in BOOK_MODELS[NAME]:
+        key = f"models/{NAME}/{filename}"
+        monkeypatch.setitem(PINNED_FILES, key, PINNED_FILES[key]._replace(url=url(filename)))
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +66,14 @@ def test_repository_is_the_books():
 def test_committed_files_match_the_pins(name):
     directory = ROOT / MODELS_PATH / name
     assert sorted(p.name for p in directory.iterdir()) == sorted(BOOK_MODELS[name])
-    for filename, digest in BOOK_MODELS[name].items():
+    for filename, digest in pins(name).items():
         assert sha256sum(directory / filename) == digest, filename
+        assert PINNED_FILES[f"models/{name}/{filename}"].url == book_model_url(name, filename)
 
 
 def test_provenance_describes_the_shipped_files():
     provenance = json.loads((SHIPPED / "provenance.json").read_text(encoding="utf-8"))
-    assert provenance["files_sha256"] == {k: v for k, v in BOOK_MODELS[NAME].items() if k != "provenance.json"}
+    assert provenance["files_sha256"] == {k: v for k, v in pins(NAME).items() if k != "provenance.json"}
     assert provenance["steps"] == 6000 and provenance["init_seed"] == 0
     # Chapter 10's recipe; only the step count, the logging intervals and the device are set.
     assert TrainConfig.from_dict(provenance["train_config"]) == TrainConfig.from_preset(
@@ -138,11 +150,11 @@ def test_downloads_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
     monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
     monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: (SHIPPED / filename).as_uri())
+    serve_from(monkeypatch, lambda filename: (SHIPPED / filename).as_uri())
     assert book_model_dir(NAME) == tmp_path / "cache" / "models" / NAME
     assert sorted(p.name for p in (tmp_path / "cache" / "models" / NAME).iterdir()) == sorted(BOOK_MODELS[NAME])
     # The second time the cache is read: a download would fail now.
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: "http://127.0.0.1:9/unreachable")
+    serve_from(monkeypatch, lambda filename: "http://127.0.0.1:9/unreachable")
     load_book_model(NAME)
 
 
@@ -150,7 +162,7 @@ def test_a_download_of_another_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
     monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
     monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: (SHIPPED / "config.json").as_uri())
+    serve_from(monkeypatch, lambda filename: (SHIPPED / "config.json").as_uri())
     with pytest.raises(ValueError, match="checksum mismatch"):
         load_book_model(NAME)
 
@@ -159,7 +171,7 @@ def test_offline_without_a_copy_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
     monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
     monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: "http://127.0.0.1:9/unreachable")
+    serve_from(monkeypatch, lambda filename: "http://127.0.0.1:9/unreachable")
     with pytest.raises(ConnectionError, match=r"load_book_model: .*could not be downloaded.*offline.*path="):
         load_book_model(NAME)
 

@@ -11,11 +11,13 @@ from transformer_lib.utils import (
     eval_mode,
 )
 from transformer_lib.data import (
-    fetch,
     load_tiny_shakespeare,
     CharTokenizer,
     train_val_split,
     get_batch,
+)
+from transformer_lib.hub import (
+    fetch,
 )
 from transformer_lib.multihead import (
     MultiHeadAttention,
@@ -88,11 +90,11 @@ __version__ = "0.2.0"
 
 __all__ = [
     "eval_mode",
-    "fetch",
     "load_tiny_shakespeare",
     "CharTokenizer",
     "train_val_split",
     "get_batch",
+    "fetch",
     "MultiHeadAttention",
     "TransformerBlock",
     "GPTConfig",

@@ -14,10 +14,6 @@ __all__ = [
     "pretokenize",
     "train_bpe",
     "ByteBPETokenizer",
-    "GPT2_VOCAB_URL",
-    "GPT2_VOCAB_SHA256",
-    "GPT2_MERGES_URL",
-    "GPT2_MERGES_SHA256",
     "GPT2_END_OF_TEXT",
     "load_gpt2_tokenizer",
     "DIGITS_SPLIT_PATTERN",
@@ -39,8 +35,7 @@ import regex
 from torch import Tensor
 
 from transformer_lib._checks import check_array, check_choice, check_int, check_path, check_tensor, describe
-from transformer_lib.data import fetch
-from transformer_lib.gpt2 import GPT2_REVISION
+from transformer_lib.hub import fetch_pinned
 from transformer_lib.utils import atomic_write
 
 
@@ -639,14 +634,6 @@ class ByteBPETokenizer:
         return cls.from_gpt2_files(directory / "vocab.json", directory / "merges.txt", pattern=pattern)
 
 
-#: Where GPT-2's ``vocab.json`` is downloaded from, at the revision ``GPT2_REVISION`` of the weights.
-GPT2_VOCAB_URL = f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/vocab.json"
-#: SHA-256 digest of that file (1,042,301 bytes).
-GPT2_VOCAB_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-#: Where GPT-2's ``merges.txt`` is downloaded from.
-GPT2_MERGES_URL = f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/merges.txt"
-#: SHA-256 digest of that file (456,318 bytes).
-GPT2_MERGES_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 #: GPT-2's one special token, which separates documents; its id is 50256.
 GPT2_END_OF_TEXT = "<|endoftext|>"
 
@@ -655,7 +642,7 @@ def load_gpt2_tokenizer(path: "str | os.PathLike | None" = None) -> ByteBPEToken
     """GPT-2's own tokenizer, from its ``vocab.json`` and ``merges.txt``, verified by checksum.
 
     The files ``gpt2-vocab.json`` and ``gpt2-merges.txt`` are found by
-    :func:`~transformer_lib.data.fetch`: in ``path``, else ``$TRANSFORMER_LIB_DATA``, else the cache,
+    :func:`~transformer_lib.hub.fetch_pinned`: in ``path``, else ``$TRANSFORMER_LIB_DATA``, else the cache,
     else downloaded (1.5 MB); ``ConnectionError`` if that fails.
 
     Args:
@@ -666,8 +653,7 @@ def load_gpt2_tokenizer(path: "str | os.PathLike | None" = None) -> ByteBPEToken
     """
     if path is not None:
         path = check_path("load_gpt2_tokenizer", "path", path, kind="dir")
-    vocab_json = fetch("gpt2-vocab.json", GPT2_VOCAB_URL, GPT2_VOCAB_SHA256, path=path)
-    merges_txt = fetch("gpt2-merges.txt", GPT2_MERGES_URL, GPT2_MERGES_SHA256, path=path)
+    vocab_json, merges_txt = fetch_pinned("gpt2-vocab.json", path=path), fetch_pinned("gpt2-merges.txt", path=path)
     return ByteBPETokenizer.from_gpt2_files(vocab_json, merges_txt)
 
 
