@@ -53,6 +53,7 @@ from transformer_lib.evaluate import (
 )
 from transformer_lib.pretrained import (
     load_book_model,
+    load_gpt2_tokenizer,
 )
 from transformer_lib.encoder_decoder import (
     EncoderDecoder,
@@ -67,7 +68,6 @@ from transformer_lib.generation import (
 from transformer_lib.bpe import (
     train_bpe,
     ByteBPETokenizer,
-    load_gpt2_tokenizer,
 )
 from transformer_lib.shipping import (
     export_onnx,
@@ -112,6 +112,7 @@ __all__ = [
     "load_checkpoint",
     "evaluate_split",
     "load_book_model",
+    "load_gpt2_tokenizer",
     "EncoderDecoder",
     "greedy_decode",
     "beam_search",
@@ -120,7 +121,6 @@ __all__ = [
     "generate",
     "train_bpe",
     "ByteBPETokenizer",
-    "load_gpt2_tokenizer",
     "export_onnx",
     "OnnxGPT",
     "LlamaConfig",
