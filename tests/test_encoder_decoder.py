@@ -202,9 +202,9 @@ def test_encoder_decoder_errors():
         model.encode([[1, 2]])
     with pytest.raises(ValueError, match=r"EncoderDecoder.decode: tgt must have at most max_len=16 positions, got tgt.shape=\(1, 17\)"):
         model(ids((1, 4), 11), ids((1, 17), 13))
-    with pytest.raises(ValueError, match=r"EncoderDecoder.encode: src must hold ids in \[0, 11\), got the id 11"):
+    with pytest.raises(ValueError, match=r"EncoderDecoder.encode: src must hold ids in \[0, vocab_size=11\), got the id 11"):
         model.encode(torch.tensor([[1, 11]]))
-    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: tgt must hold ids in \[0, 13\), got the id -1"):
+    with pytest.raises(ValueError, match=r"EncoderDecoder.decode: tgt must hold ids in \[0, vocab_size=13\), got the id -1"):
         model(ids((1, 4), 11), torch.tensor([[-1, 2]]))
     with pytest.raises(ValueError, match=r"EncoderDecoder.encode: src must be 2-D"):
         model.encode(torch.tensor([1, 2]))

@@ -7,7 +7,8 @@ The chapters (`book/NN_name.md`, jupytext MyST notebooks) are the source of trut
 - A code cell whose first line is `#| export` is copied, in order, into
   `transformer_lib/<module>.py`; `#| export <other>` (as in nbdev) sends that one cell
   to `transformer_lib/<other>.py` instead. A module may gather cells from several
-  chapters, in reading order; its header names every chapter it comes from.
+  chapters, in reading order; its header names every chapter it comes from. A cell that
+  opens with a docstring says what it adds: the module's docstring joins those, in order.
 - Public names (top level, no leading underscore) become the module's `__all__`.
 - The top level of the package is curated: a line `#| api` right below the export line
   re-exports every public name of that cell from `transformer_lib/__init__.py`, and
@@ -233,8 +234,13 @@ class Module:
         chapters = self.chapters
         paths = [rel(ch.path) for ch in chapters]
         codes = [cell.code for _, cell in self.parts]
-        # A first cell that opens with a docstring says what the module is for; else the chapter's title.
-        summary, codes[0] = module_docstring(codes[0])
+        # A cell that opens with a docstring says what it adds to the module (the first one: what the
+        # module is for); the module's docstring joins them in reading order, else it is the chapter's title.
+        summaries = []
+        for i, code in enumerate(codes):
+            doc, codes[i] = module_docstring(code)
+            summaries += [doc] if doc else []
+        summary = "\n\n".join(summaries)
         codes = hoist_imports(codes)
         if len(chapters) == 1:
             header = MODULE_HEADER.format(chapter=paths[0])
@@ -279,32 +285,62 @@ def hoist_imports(codes: list[str]) -> list[str]:
     """Move the imports that later cells open with up to the module's top.
 
     A chapter that adds cells to another chapter's module imports what its notebook needs at the top
-    of its cell; in the module those imports join the first cell's, and names already imported there
-    are dropped, so that every import stands at the top of the module, once.
+    of its cell; in the module those imports join the first cell's, once each, merged and sorted as
+    isort would (standard library, third party, the package; ``import x`` before ``from x import y``),
+    so that every import stands at the top of the module, once. A module whose later cells import
+    nothing keeps its first cell's imports as written.
     """
-    first_nodes, _ = leading_imports(codes[0])
-    have = imported_names(first_nodes)
-    extra: list[str] = []
-    out = [codes[0]]
+    first_nodes, first_body = leading_imports(codes[0])
+    nodes, out = list(first_nodes), [codes[0]]
     for code in codes[1:]:
-        nodes, body = leading_imports(code)
-        if not nodes:
-            out.append(code)
-            continue
-        for node in nodes:
-            module = getattr(node, "module", "") or ""
-            new = [a for a in node.names if (module, a.asname or a.name) not in have]
-            have |= {(module, a.asname or a.name) for a in new}
-            if new:
-                names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in new)
-                extra.append(f"from {module} import {names}" if isinstance(node, ast.ImportFrom)
-                             else f"import {names}")
-        out.append(body)
-    if extra:
-        end = first_nodes[-1].end_lineno if first_nodes else 0
-        lines = codes[0].split("\n")
-        out[0] = "\n".join(lines[:end] + extra + lines[end:])
+        later, body = leading_imports(code)
+        nodes += later
+        out.append(body if later else code)
+    if len(nodes) == len(first_nodes):
+        return out
+    gap = "\n\n\n" if first_body.startswith(("def ", "class ", "@")) else "\n\n"  # as isort leaves it
+    out[0] = import_block(nodes) + (gap + first_body if first_body else "")
     return out
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    """isort's order of imported names: CONSTANTS, then Classes, then functions and modules."""
+    kind = 0 if name.isupper() else 1 if name[:1].isupper() else 2
+    return kind, name.lower()
+
+
+def import_block(nodes: list[ast.stmt], width: int = 120) -> str:
+    """The import statements ``nodes`` merged (one statement per module) and sorted into three groups."""
+    plain: dict[str, set[str]] = {}
+    froms: dict[str, set[str]] = {}
+    for node in nodes:
+        for a in node.names:
+            name = a.name + (f" as {a.asname}" if a.asname else "")
+            if isinstance(node, ast.ImportFrom):
+                froms.setdefault(node.module or "", set()).add(name)
+            else:
+                plain.setdefault(a.name, set()).add(name)
+
+    def group(module: str) -> int:
+        top = module.split(".")[0]
+        return 2 if top == PACKAGE.name else 0 if top in sys.stdlib_module_names else 1
+
+    groups: list[list[str]] = [[], [], []]
+    for module in sorted(plain):
+        groups[group(module)] += [f"import {n}" for n in sorted(plain[module])]
+    for module in sorted(froms):
+        names = sorted(froms[module], key=_sort_key)
+        line = f"from {module} import {', '.join(names)}"
+        if len(line) > width:
+            rows, row = [], "   "
+            for n in names:
+                if len(row) + len(n) + 2 > width:
+                    rows.append(row.rstrip())
+                    row = "   "
+                row += f" {n},"
+            line = f"from {module} import (\n" + "\n".join(rows + [row]) + "\n)"
+        groups[group(module)].append(line)
+    return "\n\n".join("\n".join(g) for g in groups if g)
 
 
 def main_source(chapter: Chapter) -> str:

@@ -13,6 +13,7 @@ __all__ = [
     "gelu",
     "FeedForward",
     "SwiGLU",
+    "activation_name",
     "TransformerBlock",
 ]
 
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
+from transformer_lib.config import ACTIVATIONS
 from transformer_lib.multihead import MultiHeadAttention
 
 
@@ -203,18 +205,6 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
-def _gelu_tanh(x: Tensor) -> Tensor:
-    return F.gelu(x, approximate="tanh")
-
-
-def _relu2(x: Tensor) -> Tensor:  # ReLU squared (So et al. 2021), measured in Chapter 21
-    return F.relu(x).square()
-
-
-# The activations by name (Chapter 6's configurations check their names against these keys).
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "relu2": _relu2}
-
-
 class FeedForward(nn.Module):
     """The position-wise feed-forward network ``fc2(dropout(activation(fc1(x))))``.
 
@@ -251,13 +241,13 @@ class FeedForward(nn.Module):
         where = "FeedForward"
         self.d_model = check_int(where, "d_model", d_model, minimum=1)
         self.d_ff = 4 * self.d_model if d_ff is None else check_int(where, "d_ff", d_ff, minimum=1)
-        self.activation = check_choice(where, "activation", activation, _ACTIVATIONS)
+        self.activation = check_choice(where, "activation", activation, ACTIVATIONS)
         bias = check_bool(where, "bias", bias)
         dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
         self.fc1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.fc2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
-        self._act = _ACTIVATIONS[activation]
+        self._act = ACTIVATIONS[activation]
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -316,7 +306,7 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def _activation_name(where: str, act) -> str:
+def activation_name(where: str, act) -> str:
     """Our name for the activation of a PyTorch layer (a function or a module): relu, gelu or gelu_tanh."""
     if act is F.relu or isinstance(act, nn.ReLU):
         return "relu"
@@ -393,7 +383,7 @@ class TransformerBlock(nn.Module):
         if d_ff is not None:
             check_int(where, "d_ff", d_ff, minimum=1)
         dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
-        check_choice(where, "activation", activation, _ACTIVATIONS)
+        check_choice(where, "activation", activation, ACTIVATIONS)
         self.norm_first = check_bool(where, "norm_first", norm_first)
         check_bool(where, "bias", bias)
         check_float(where, "eps", eps, minimum=0.0, min_open=True)
@@ -476,7 +466,7 @@ class TransformerBlock(nn.Module):
                 f"{where}: layer must have batch_first=True (our blocks take (B, T, C)), got batch_first=False; "
                 "build it with nn.TransformerEncoderLayer(..., batch_first=True)"
             )
-        activation = _activation_name(where, layer.activation)
+        activation = activation_name(where, layer.activation)
         if layer.norm1.eps != layer.norm2.eps or layer.norm1.weight is None or layer.norm2.weight is None:
             raise ValueError(
                 f"{where}: norm1 and norm2 must have learnable weights and the same eps, "

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib._checks import (
-    check_bool, check_device, check_float, check_int, check_memory, check_tensor, describe,
+    check_bool, check_device, check_float, check_int, check_memory, check_tensor, check_token_ids, describe,
 )
 from transformer_lib.utils import eval_mode
 
@@ -430,14 +430,9 @@ def generate(
     """
     where = "generate"
     device = _first_weight(model, where).device
-    check_tensor(where, "idx", idx, dtype=torch.int64, ndim=2, nonempty=True)
+    check_token_ids(where, "idx", idx, model.config.vocab_size, ndim=2)  # once per call, on the CPU only
     if idx.device != device:
         raise ValueError(f"{where}: idx must be on the model's device {device}, got idx.device={idx.device}")
-    vocab_size = model.config.vocab_size
-    if idx.device.type == "cpu":  # once per call; on an accelerator it would wait for the device
-        lo, hi = (int(v) for v in torch.aminmax(idx))
-        if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"{where}: idx holds the id {lo if lo < 0 else hi}, outside [0, vocab_size={vocab_size})")
     max_new_tokens = check_int(where, "max_new_tokens", max_new_tokens, minimum=0)
     temperature = check_float(where, "temperature", temperature, minimum=0.0)
     if top_k is not None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_float, check_int
-from transformer_lib.attention import _check_additive_mask, attention_weights, causal_mask
+from transformer_lib.attention import attention_weights, causal_mask, check_additive_mask
 from transformer_lib.embeddings import apply_rope
 
 
@@ -137,7 +137,7 @@ def _check_mask(where: str, name: str, mask, device: torch.device) -> None:
     if mask.device != device:
         raise ValueError(f"{where}: {name} must be on the device of query, {device}, got {name}.device={mask.device}")
     if mask.is_floating_point():
-        _check_additive_mask(where, name, mask)
+        check_additive_mask(where, name, mask)
 
 
 class MultiHeadAttention(nn.Module):

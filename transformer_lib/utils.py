@@ -18,18 +18,18 @@ __all__ = [
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import torch
 import torch.nn as nn
+from torch import Tensor
 
 from transformer_lib._checks import check_path
-import hashlib
-import torch
-from torch import Tensor
 
 
 def atomic_write(path: str | os.PathLike, write: Callable) -> None:
