@@ -526,6 +526,8 @@ def test_time_budget_stops_the_run_and_decays_the_learning_rate(tmp_path):
     assert checkpoint["step"] == steps
     assert checkpoint["metrics"]["train_time"] == last["train_time"] >= budget
     lrs = [h["lr"] for h in history]
-    assert max(lrs) == 2e-3 and lrs[2] == 2e-3  # the peak, right after the warm-up
+    assert lrs[:2] == [2e-3 / 3, 2e-3 * 2 / 3]  # the warm-up counts steps, not seconds
+    # after it, the peak until half the budget is spent: how many steps that is depends on the machine's load
+    assert max(lrs[2:]) <= 2e-3
     assert lrs[2:] == sorted(lrs[2:], reverse=True)  # the spent fraction only grows
     assert lrs[-1] < 2e-3 * 0.5  # the decay over the last half of the budget was well under way
