@@ -1,16 +1,16 @@
 """Decoding speed and KV-cache memory of multi-head, grouped-query and multi-query attention.
 
-Three :class:`transformer_lib.Llama` models that differ only in ``n_kv_heads`` (the number of
+Three :class:`transformer_lib.Llama` models that differ only in ``n_kv_head`` (the number of
 key-value heads shared by the query heads) generate the same number of tokens greedily with the
 KV cache, after the same random prompt; the decoding rate leaves out the prefill (the time of a
 call that generates one token is subtracted):
 
-- ``MHA``: ``n_kv_heads = n_heads``, every query head has its own keys and values;
-- ``GQA``: ``n_kv_heads = n_heads / 4``, groups of four query heads share one key-value head;
-- ``MQA``: ``n_kv_heads = 1``, all query heads share one.
+- ``MHA``: ``n_kv_head = n_head``, every query head has its own keys and values;
+- ``GQA``: ``n_kv_head = n_head / 4``, groups of four query heads share one key-value head;
+- ``MQA``: ``n_kv_head = 1``, all query heads share one.
 
-The KV cache holds ``2 * n_layers * batch * n_kv_heads * head_dim * positions`` numbers, so its
-bytes (read from the allocated cache) shrink by exactly ``n_heads / n_kv_heads``; the parameters of
+The KV cache holds ``2 * n_layer * batch * n_kv_head * head_dim * positions`` numbers, so its
+bytes (read from the allocated cache) shrink by exactly ``n_head / n_kv_head``; the parameters of
 ``k_proj`` and ``v_proj`` shrink by the same factor. The decoding speed changes less: each step also
 reads all the other weights. After a warm-up the three take turns (interleaved rounds, so that
 drift of the machine's speed affects all alike); tokens/s are medians, and the ratios against MHA
@@ -31,7 +31,7 @@ import torch
 
 from transformer_lib import Llama, LlamaConfig
 
-SHAPE = dict(vocab_size=8192, d_model=512, n_layers=8, n_heads=16, d_ff=1408, rope_theta=10000.0)
+SHAPE = dict(vocab_size=8192, n_embd=512, n_layer=8, n_head=16, n_inner=1408, rope_theta=10000.0)
 
 
 def main() -> None:
@@ -48,11 +48,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     total = args.prompt_len + args.new_tokens
-    variants = {"MHA": SHAPE["n_heads"], "GQA": SHAPE["n_heads"] // 4, "MQA": 1}
+    variants = {"MHA": SHAPE["n_head"], "GQA": SHAPE["n_head"] // 4, "MQA": 1}
     models = {}
     for name, n_kv in variants.items():
         torch.manual_seed(args.seed)
-        config = LlamaConfig(**SHAPE, n_kv_heads=n_kv, block_size=total)
+        config = LlamaConfig(**SHAPE, n_kv_head=n_kv, block_size=total)
         models[name] = Llama(config).to(device=args.device, dtype=dtype).eval()
     g = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(SHAPE["vocab_size"], (args.batch, args.prompt_len), generator=g).to(args.device)
@@ -82,8 +82,8 @@ def main() -> None:
 
     device_name = torch.cuda.get_device_name(args.device) if torch.device(args.device).type == "cuda" else "CPU"
     print(f"torch {torch.__version__}, {device_name}, {torch.get_num_threads()} threads, {args.dtype}; "
-          f"{SHAPE['n_layers']} layers, d_model {SHAPE['d_model']}, {SHAPE['n_heads']} query heads of "
-          f"{SHAPE['d_model'] // SHAPE['n_heads']}, vocab {SHAPE['vocab_size']}; batch {args.batch}, prompt "
+          f"{SHAPE['n_layer']} layers, n_embd {SHAPE['n_embd']}, {SHAPE['n_head']} query heads of "
+          f"{SHAPE['n_embd'] // SHAPE['n_head']}, vocab {SHAPE['vocab_size']}; batch {args.batch}, prompt "
           f"{args.prompt_len}, {args.new_tokens} new tokens (greedy, KV cache); {args.rounds} interleaved rounds")
     print(f"{'attention':>9} {'K/V heads':>9} {'KV cache':>11} {'K,V params':>11} {'prefill s':>9} "
           f"{'decode tokens/s':>15} {'vs MHA':>7}")
@@ -92,7 +92,7 @@ def main() -> None:
         kv_params = sum(b.attn.k_proj.weight.numel() + b.attn.v_proj.weight.numel() for b in model.blocks)
         med = statistics.median(tokens_per_s[name])
         ratio = statistics.median(x / y for x, y in zip(tokens_per_s[name], tokens_per_s["MHA"]))
-        print(f"{name:>9} {model.config.n_kv_heads:>9} {cache_bytes / 2**20:>7.1f} MiB {kv_params:>11,} "
+        print(f"{name:>9} {model.config.n_kv_head:>9} {cache_bytes / 2**20:>7.1f} MiB {kv_params:>11,} "
               f"{statistics.median(prefill_s[name]):>9.2f} {med:>15.1f} {ratio:>6.2f}x")
 
 

@@ -2,7 +2,7 @@
 
 One training step is: forward, cross-entropy loss, backward, AdamW update. NumPy:
 ``transformer_lib.numpy_gpt.gpt_loss_and_grads`` + ``AdamWNumpy.step``. PyTorch:
-``transformer_lib.gpt.GPT`` + ``loss.backward()`` + ``transformer_lib.training.AdamW`` (with
+``transformer_lib.gpt.GPT`` + ``loss.backward()`` + ``transformer_lib.optim.AdamW`` (with
 ``weight_decay_groups``; gradients set to None after each step). Both start from the same weights,
 run in float32 on the same batches and with the same number of threads: PyTorch's through
 ``torch.set_num_threads``, NumPy's BLAS (OpenBLAS) through ``OPENBLAS_NUM_THREADS``, which must be
@@ -50,7 +50,7 @@ from train_throughput import SHAPES, Shape, flops_per_token  # noqa: E402  (this
 from transformer_lib.config import GPTConfig  # noqa: E402
 from transformer_lib.gpt import GPT  # noqa: E402
 from transformer_lib.numpy_gpt import AdamWNumpy, gpt_loss_and_grads, params_from_torch  # noqa: E402
-from transformer_lib.training import AdamW, weight_decay_groups  # noqa: E402
+from transformer_lib.optim import AdamW, weight_decay_groups  # noqa: E402
 
 
 def best_flops(a: np.ndarray, b: np.ndarray, repeats: int) -> float:

@@ -40,7 +40,9 @@ from transformer_lib.config import GPTConfig
 from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
-from transformer_lib.training import MAX_STEPS, METRICS_FILE, TrainConfig, train
+from transformer_lib.config import MAX_STEPS, TrainConfig
+from transformer_lib.rundir import METRICS_FILE
+from transformer_lib.training import train
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speedrun_ablation.json"
 

@@ -1,6 +1,5 @@
 """Unit tests for transformer_lib.block (chapter 5), against PyTorch's modules and autograd."""
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -216,13 +215,11 @@ def test_norm_constructor_errors(make, error, match):
         make()
 
 
-def test_norm_forward_checks_only_metadata_and_pytorch_refuses_a_wrong_width():
+def test_norm_forward_checks_nothing_and_pytorch_refuses_a_wrong_width():
     with pytest.raises(RuntimeError):
         LayerNorm(8)(torch.randn(2, 3, 4))
     with pytest.raises(RuntimeError):
         RMSNorm(8)(torch.randn(2, 4))
-    with pytest.raises(TypeError, match="LayerNorm.forward: x must be a tensor, got ndarray"):
-        LayerNorm(8)(np.zeros((2, 8)))
 
 
 MODULES = {
@@ -232,22 +229,6 @@ MODULES = {
     "SwiGLU": lambda: SwiGLU(D, D_FF),
     "TransformerBlock": lambda: TransformerBlock(D, H, D_FF),
 }
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int64, torch.bool])
-@pytest.mark.parametrize("name", list(MODULES))
-def test_forward_refuses_an_input_of_another_dtype_naming_the_module(name, dtype):
-    """PyTorch would say "mat1 and mat2 must have the same dtype" or "mixed dtype (CPU)"."""
-    module = MODULES[name]()
-    x = torch.ones(B, T, D, dtype=dtype)
-    with pytest.raises(TypeError, match=rf"{name}.forward: x must have dtype float32 .*got x.dtype={dtype}"):
-        module(x)
-
-
-@pytest.mark.parametrize("name", list(MODULES))
-def test_forward_refuses_an_input_on_another_device(name):
-    with pytest.raises(ValueError, match=rf"{name}.forward: x must be on the device .*got x.device=meta"):
-        MODULES[name]()(torch.ones(B, T, D, device="meta"))
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # F.rms_norm's, not ours
@@ -336,8 +317,8 @@ def test_swiglu_matches_the_formula(dtype, bias):
     torch.manual_seed(0)
     m = SwiGLU(D, 24, bias=bias).to(dtype)
     x = randn(B, T, D, dtype=dtype)
-    gate, up = m.w_gate(x), m.w_up(x)
-    expected = m.w_down(gate * torch.sigmoid(gate) * up)
+    gate, up = m.gate_proj(x), m.up_proj(x)
+    expected = m.down_proj(gate * torch.sigmoid(gate) * up)
     out = m(x)
     assert out.shape == (B, T, D)
     torch.testing.assert_close(out, expected, rtol=0, atol=ATOL[dtype])
@@ -557,13 +538,10 @@ def test_block_constructor_error_names_d_model_and_n_head_when_they_do_not_divid
         TransformerBlock(10, 3)
 
 
-def test_block_forward_names_a_wrong_width_or_an_empty_input():
+def test_block_forward_leaves_the_input_to_pytorch_and_checks_the_masks():
     block = TransformerBlock(D, H)
-    with pytest.raises(ValueError, match=r"TransformerBlock.forward: x must have shape \(\*, \*, 16\), got x.shape=\(2, 7, 8\)"):
+    with pytest.raises(RuntimeError):  # a wrong width fails in the first layer norm
         block(torch.randn(B, T, 8))
-    for shape in [(0, T, D), (B, 0, D)]:
-        with pytest.raises(ValueError, match=r"TransformerBlock.forward: x must not be empty"):
-            block(torch.randn(shape))
     with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key_mask must have shape \(B, S\) = \(2, 7\)"):
         block(torch.randn(B, T, D), key_mask=torch.ones(B, T + 1, dtype=torch.bool))
     with pytest.raises(RuntimeError):  # attn_mask's shape is left to PyTorch's kernels

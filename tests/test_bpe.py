@@ -1,9 +1,9 @@
 """Unit tests for transformer_lib.bpe (chapter 13, "Subword tokens: byte-level BPE"). No network access."""
 
-import hashlib
 import json
 import unicodedata
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,15 +13,13 @@ from hypothesis import strategies as st
 
 from transformer_lib import bpe
 from transformer_lib.bpe import (
-    GPT2_END_OF_TEXT,
     GPT2_SPLIT_PATTERN,
     ByteBPETokenizer,
     bytes_to_unicode,
-    load_gpt2_tokenizer,
     pretokenize,
     train_bpe,
 )
-from transformer_lib.data import CACHE_ENV, DATA_ENV, CharTokenizer
+from transformer_lib.data import CharTokenizer
 
 EOT = "<|endoftext|>"
 # A small multilingual corpus, so that the merges also join bytes of multi-byte characters.
@@ -505,56 +503,6 @@ def test_reads_files_written_by_hf_trainer(tmp_path):
         assert ours.encode(text) == hf.encode(text).ids
 
 
-# ---------------------------------------------------------------- load_gpt2_tokenizer (no network)
-
-
-@pytest.fixture
-def gpt2_like_files(tok, tmp_path, monkeypatch):
-    """Our tokenizer's files under GPT-2's file names, no data override, a cache that must stay unused."""
-    monkeypatch.delenv(DATA_ENV, raising=False)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    vocab_path, merges_path = tok.save(tmp_path / "tmp")
-    directory = tmp_path / "gpt2"
-    directory.mkdir()
-    (directory / "gpt2-vocab.json").write_bytes(vocab_path.read_bytes())
-    (directory / "gpt2-merges.txt").write_bytes(merges_path.read_bytes())
-    return directory
-
-
-def test_load_gpt2_tokenizer_from_local_path(tok, gpt2_like_files, monkeypatch):
-    digest = lambda name: hashlib.sha256((gpt2_like_files / name).read_bytes()).hexdigest()
-    monkeypatch.setattr(bpe, "GPT2_VOCAB_SHA256", digest("gpt2-vocab.json"))
-    monkeypatch.setattr(bpe, "GPT2_MERGES_SHA256", digest("gpt2-merges.txt"))
-    loaded = load_gpt2_tokenizer(gpt2_like_files)
-    assert loaded.merges == tok.merges and dict(loaded.special_tokens) == dict(tok.special_tokens)
-    assert loaded.encode(CORPUS[:300]) == tok.encode(CORPUS[:300])
-
-
-def test_load_gpt2_tokenizer_checksum_mismatch(gpt2_like_files):
-    with pytest.raises(ValueError, match="checksum mismatch"):
-        load_gpt2_tokenizer(gpt2_like_files)
-
-
-def test_load_gpt2_tokenizer_path_errors(gpt2_like_files, tmp_path):
-    with pytest.raises(NotADirectoryError, match="load_gpt2_tokenizer: path"):
-        load_gpt2_tokenizer(gpt2_like_files / "gpt2-vocab.json")
-    with pytest.raises(FileNotFoundError, match="load_gpt2_tokenizer: path"):
-        load_gpt2_tokenizer(tmp_path / "missing")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="gpt2-vocab.json"):
-        load_gpt2_tokenizer(tmp_path / "empty")
-    with pytest.raises(TypeError, match="load_gpt2_tokenizer: path"):
-        load_gpt2_tokenizer(42)
-    (tmp_path / "dirs" / "gpt2-vocab.json").mkdir(parents=True)
-    with pytest.raises(IsADirectoryError, match="fetch: path points to .*'gpt2-vocab.json' is a directory"):
-        load_gpt2_tokenizer(tmp_path / "dirs")
-    (gpt2_like_files / "gpt2-merges.txt").write_bytes(b"\xff\xfe not UTF-8")
-    with pytest.raises(ValueError, match="fetch: checksum mismatch for .*gpt2-"):  # a wrong file never gets parsed
-        load_gpt2_tokenizer(gpt2_like_files)
-
-
-def test_gpt2_constants():
-    assert GPT2_END_OF_TEXT == EOT
-    assert bpe.GPT2_VOCAB_URL.endswith("/vocab.json") and bpe.GPT2_MERGES_URL.endswith("/merges.txt")
-    assert bpe.GPT2_REVISION in bpe.GPT2_VOCAB_URL and bpe.GPT2_REVISION in bpe.GPT2_MERGES_URL
+def test_gpt2_split_pattern_and_no_model_import():
+    assert "transformer_lib.gpt2" not in Path(bpe.__file__).read_text(encoding="utf-8")  # the tokenizer needs no model
     assert GPT2_SPLIT_PATTERN.startswith("'s|'t|'re|'ve|'m|'ll|'d")

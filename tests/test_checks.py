@@ -1,6 +1,8 @@
 """Unit tests for transformer_lib._checks (chapter 1): the checks added for issue 11 (dtype/device of
 a module's input, devices of this machine, files to write)."""
 
+import sys
+
 import pytest
 import torch
 
@@ -90,3 +92,35 @@ def test_check_memory_refuses_what_cannot_fit_and_allows_what_can():
                                          r".* of memory of the device cpu"):
         check_memory("f", "2 x 10**18 numbers", 2 * 10**18, torch.device("cpu"))
     check_memory("f", "shapes only", 2 * 10**18, "meta")  # no memory to run out of: never refused
+
+
+def _calls_into_checks(fn) -> int:
+    """How many times code outside ``_checks.py`` calls into it while ``fn()`` runs."""
+    calls = 0
+
+    def profile(frame, event, arg):
+        nonlocal calls
+        caller = frame.f_back
+        if (event == "call" and frame.f_code.co_filename.endswith("_checks.py") and caller is not None
+                and not caller.f_code.co_filename.endswith("_checks.py")):
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_model_forward_checks_its_input_at_the_edge_only():
+    """Validation happens where the ids enter, not again in every layer (issue 21): at most 3 calls per forward."""
+    from transformer_lib import GPT, GPTConfig
+    from transformer_lib.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    idx = torch.randint(0, 50, (2, 16))
+    gpt = GPT(GPTConfig(n_layer=4, n_head=2, n_embd=32, block_size=16, vocab_size=50))
+    llama = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=4, n_head=4, n_kv_head=2, n_inner=64, block_size=16))
+    for model in (gpt, llama):
+        assert 1 <= _calls_into_checks(lambda: model(idx, targets=idx)) <= 3, type(model).__name__

@@ -19,6 +19,7 @@ import torch
 
 import transformer_lib
 import transformer_lib.cli
+import transformer_lib.rundir
 import transformer_lib.training
 from transformer_lib.cli import (
     DEBUG_ENV,
@@ -32,19 +33,12 @@ from transformer_lib.cli import (
     build_parser,
     main,
 )
-from transformer_lib.config import GPTConfig
+from transformer_lib.checkpoint import load_checkpoint
+from transformer_lib.config import GPTConfig, TrainConfig
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
-from transformer_lib.training import (
-    CHECKPOINT_FILE,
-    METRICS_FILE,
-    RUN_FILE,
-    RUN_FORMAT,
-    TOKENIZER_FILE,
-    TrainConfig,
-    load_checkpoint,
-)
+from transformer_lib.rundir import CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, RUN_FORMAT, TOKENIZER_FILE
 
 # A small text with a fixed vocabulary: 4000 characters, so the tiny preset's block of 16 fits easily.
 TEXT = "".join(f"To be, or not to be ({i % 17}): that is the question!\n" for i in range(80))[:4000]
@@ -162,12 +156,6 @@ def test_parser_defaults_are_chapter_10s_recipe(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"peak learning rate (default: {defaults.lr:g})" in help_text
     assert f"optimizer steps (default: {defaults.max_steps};" in help_text
-
-
-def test_run_directory_names_come_from_training():
-    for name in ("CHECKPOINT_FILE", "METRICS_FILE", "TOKENIZER_FILE", "RUN_FILE", "RUN_FORMAT"):
-        assert getattr(transformer_lib.cli, name) is getattr(transformer_lib.training, name)
-        assert name not in transformer_lib.cli.__all__  # defined once, in transformer_lib.training
 
 
 # ---------------------------------------------------------------- a successful run
@@ -666,15 +654,15 @@ def test_evaluate_prints_the_loss_of_the_whole_validation_split(finished_run, da
 
 # ---------------------------------------------------------------- what the checks cannot foresee
 def _edited_checkpoint(monkeypatch, change):
-    """Make the command's load_checkpoint return the real checkpoint changed by ``change`` (no checksum to pass)."""
-    real = transformer_lib.cli.load_checkpoint
+    """Make the run directory's load_checkpoint return the real checkpoint changed by ``change`` (no checksum to pass)."""
+    real = transformer_lib.rundir.load_checkpoint
 
     def load_checkpoint(path, **kwargs):
         checkpoint = real(path, **kwargs)
         change(checkpoint)
         return checkpoint
 
-    monkeypatch.setattr(transformer_lib.cli, "load_checkpoint", load_checkpoint)
+    monkeypatch.setattr(transformer_lib.rundir, "load_checkpoint", load_checkpoint)
 
 
 @pytest.mark.parametrize("change,needles", [
@@ -702,7 +690,7 @@ def test_weights_that_do_not_fit_their_config_are_refused_by_generate(finished_r
 def test_incomplete_checkpoints_are_refused_by_resume(finished_run, data_file, capsys, monkeypatch, change, needles):
     _edited_checkpoint(monkeypatch, change)
     # the trainer reads the checkpoint with its own load_checkpoint; make it read the same edited one
-    monkeypatch.setattr(transformer_lib.training, "load_checkpoint", transformer_lib.cli.load_checkpoint)
+    monkeypatch.setattr(transformer_lib.training, "load_checkpoint", transformer_lib.rundir.load_checkpoint)
     status, out, err = run_main(capsys, "train", "--data", data_file, "--out", finished_run, "--resume",
                                 "--no-progress", "--device", "cpu")
     _assert_one_line_error(status, err, "--resume" if "Error" not in needles else "train", *needles,
@@ -759,7 +747,8 @@ def test_ctrl_c_while_loading_or_generating_is_130_and_one_line(finished_run, da
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(transformer_lib.cli, target, interrupted)
+    module = transformer_lib.rundir if target == "load_checkpoint" else transformer_lib.cli
+    monkeypatch.setattr(module, target, interrupted)
     if target == "_read_text":
         argv = ["train", "--data", data_file, "--out", finished_run.parent / "new", *FAST]
     else:

@@ -1,4 +1,5 @@
-"""Unit tests for transformer_lib.config (chapters 6 and 11): GPTConfig, GPT_PRESETS, gpt_param_count, Seq2SeqConfig."""
+"""Unit tests for transformer_lib.config (chapters 5, 6, 9 and 11): ACTIVATIONS, GPTConfig, GPT_PRESETS,
+gpt_param_count, TrainConfig, TRAIN_PRESETS, Seq2SeqConfig."""
 
 import dataclasses
 import json
@@ -8,7 +9,16 @@ import torch
 
 import transformer_lib
 from transformer_lib import encoder_decoder
-from transformer_lib.config import GPT_PRESETS, GPTConfig, Seq2SeqConfig, gpt_param_count
+from transformer_lib.config import (
+    GPT_PRESETS,
+    MAX_BATCH_SIZE,
+    MAX_STEPS,
+    TRAIN_PRESETS,
+    GPTConfig,
+    Seq2SeqConfig,
+    TrainConfig,
+    gpt_param_count,
+)
 from transformer_lib.gpt import GPT
 
 
@@ -322,3 +332,112 @@ def test_gpt_param_count_formula_with_rope_and_untied_head(config):
     # RoPE has no T x d table, an untied head adds a V x d matrix (QK-norm has no parameters)
     assert gpt_param_count(config) == base - (T * d if config.position == "rope" else 0) + (
         0 if config.tie_embeddings else V * d)
+
+
+# ---------------------------------------------------------------- TrainConfig
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(max_steps=0), ValueError, "max_steps"),
+    (dict(batch_size=2.5), TypeError, "batch_size"),
+    (dict(eval_iters=True), TypeError, "eval_iters"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(lr=0.0), ValueError, "lr"),
+    (dict(lr=float("nan")), ValueError, "lr"),
+    (dict(min_lr=1.0), ValueError, "min_lr must be <= lr"),
+    (dict(warmup_steps=3000), ValueError, "warmup_steps must be < max_steps"),
+    (dict(betas=(0.9,)), ValueError, "betas"),
+    (dict(betas=(0.9, 1.2)), ValueError, "betas"),
+    (dict(grad_clip=-1.0), ValueError, "grad_clip"),
+    (dict(device=0), TypeError, "device"),
+    (dict(device="gpu7"), ValueError, "device"),
+    (dict(device="meta"), ValueError, "device must hold data"),
+    (dict(precision="float16"), ValueError, "precision"),
+    (dict(seed=2**63), ValueError, r"seed must be an int in \[0, 9223372036854775807\]"),
+    (dict(seed=10**30), ValueError, "seed"),
+    (dict(max_steps=MAX_STEPS + 1), ValueError, "max_steps"),
+    (dict(max_steps=10**30, warmup_steps=5), ValueError, "max_steps"),
+    (dict(batch_size=MAX_BATCH_SIZE + 1), ValueError, "batch_size"),
+    (dict(eval_iters=10**12), ValueError, "eval_iters"),
+    (dict(eval_interval=10**12), ValueError, "eval_interval"),
+])
+def test_train_config_validation(kw, exc, match):
+    with pytest.raises(exc, match=f"TrainConfig: .*{match}"):
+        TrainConfig(**kw)
+
+
+def test_train_config_dict_and_json_round_trip(tmp_path):
+    c = TrainConfig(betas=[0.8, 0.9], device=torch.device("cpu"))
+    assert c.betas == (0.8, 0.9) and c.device == "cpu"  # normalised: a tuple and a str
+    assert TrainConfig.from_dict(c.to_dict()) == c
+    c.to_json(tmp_path / "train.json")
+    assert TrainConfig.from_json(tmp_path / "train.json") == c
+    with pytest.raises(ValueError, match="unknown keys.*learning_rate"):
+        TrainConfig.from_dict({"learning_rate": 1e-3})
+
+
+def test_train_config_is_frozen():
+    c = TrainConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.lr = 1.0
+    assert dataclasses.replace(c, lr=2e-3).lr == 2e-3 and c.lr == 1e-3
+    with pytest.raises(ValueError, match="min_lr"):  # a variant is validated like a new config
+        dataclasses.replace(c, min_lr=1.0)
+    assert hash(c) == hash(TrainConfig())
+
+
+def test_train_config_presets():
+    baby = TrainConfig.from_preset("shakespeare-baby")
+    # Chapter 10's CPU recipe, the command line's defaults
+    assert (baby.batch_size, baby.lr, baby.min_lr, baby.warmup_steps) == (12, 4e-3, 4e-5, 50)
+    assert (baby.betas, baby.weight_decay, baby.grad_clip, baby.seed) == ((0.9, 0.99), 0.1, 1.0, 1337)
+    assert baby.checkpoint_interval == baby.eval_interval == 250
+    char = TrainConfig.from_preset("shakespeare-char", max_steps=1000)  # nanoGPT's GPU recipe
+    assert (char.max_steps, char.batch_size, char.lr, char.min_lr, char.warmup_steps) == (1000, 64, 1e-3, 1e-4, 100)
+    for name, fields in TRAIN_PRESETS.items():
+        assert TrainConfig.from_preset(name).to_dict() == {**TrainConfig().to_dict(), **fields}
+
+
+def test_train_config_preset_errors():
+    with pytest.raises(ValueError, match="name.*shakespeare-baby"):  # the message lists the presets
+        TrainConfig.from_preset("shakespeare")
+    with pytest.raises(ValueError, match="unknown keys.*max_step"):
+        TrainConfig.from_preset("shakespeare-baby", max_step=10)
+    with pytest.raises(ValueError, match="warmup_steps must be < max_steps"):
+        TrainConfig.from_preset("shakespeare-baby", max_steps=50)
+
+
+
+
+# ---------------------------------------------------------------- TrainConfig: Chapter 21's fields
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(optimizer="sgd"), ValueError, "optimizer must be one of 'adamw', 'muon'"),
+    (dict(optimizer=None), ValueError, "optimizer"),
+    (dict(muon_lr=0.0), ValueError, "muon_lr"),
+    (dict(muon_lr=-0.02), ValueError, "muon_lr"),
+    (dict(muon_lr=float("nan")), ValueError, "muon_lr"),
+    (dict(muon_lr="0.02"), TypeError, "muon_lr"),
+    (dict(schedule="linear"), ValueError, "schedule must be one of 'cosine', 'wsd'"),
+    (dict(decay_frac=0.0), ValueError, "decay_frac"),
+    (dict(decay_frac=1.5), ValueError, "decay_frac"),
+    (dict(decay_frac=True), TypeError, "decay_frac"),
+    (dict(time_budget=-1.0), ValueError, "time_budget"),
+    (dict(time_budget=float("nan")), ValueError, "time_budget"),
+    (dict(time_budget=float("inf")), ValueError, "time_budget"),
+    (dict(time_budget="60"), TypeError, "time_budget"),
+])
+def test_train_config_validation_of_the_speedrun_fields(kw, exc, match):
+    with pytest.raises(exc, match=f"TrainConfig: {match}"):
+        TrainConfig(**kw)
+
+
+def test_train_config_speedrun_fields_defaults_and_round_trip(tmp_path):
+    c = TrainConfig()
+    assert (c.optimizer, c.schedule, c.time_budget) == ("adamw", "cosine", 0.0)  # Chapter 9's recipe
+    assert 0 < c.decay_frac <= 1 and c.muon_lr > 0
+    d = TrainConfig(optimizer="muon", muon_lr=0.02, schedule="wsd", decay_frac=1, time_budget=30)
+    assert type(d.decay_frac) is float and type(d.time_budget) is float  # ints are normalised
+    d.to_json(tmp_path / "train.json")
+    assert TrainConfig.from_json(tmp_path / "train.json") == d
+    speedrun = TrainConfig.from_preset("speedrun")
+    assert speedrun.optimizer == "muon" and speedrun.time_budget > 0  # a time-budget recipe with Muon
+
+

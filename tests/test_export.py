@@ -106,10 +106,16 @@ def test_export_cell_without_a_module_is_an_error(repo_copy: Path):
 
 
 def test_a_removed_chapter_leaves_no_stale_module(repo_copy: Path):
-    chapters = [c for c in sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))
-                if re.search(r"#\|\s*default_exp\s+\w+", c.read_text())]  # a chapter may export nothing
-    last = chapters[-1]
-    module = re.search(r"#\|\s*default_exp\s+(\w+)", last.read_text()).group(1)
+    texts = {c: c.read_text() for c in sorted((repo_copy / "book").glob("[0-9][0-9]_*.md"))}
+
+    def own_module(chapter):  # its default module, if no other chapter exports a cell to it
+        found = re.search(r"#\|\s*default_exp\s+(\w+)", texts[chapter])  # a chapter may export nothing
+        pattern = rf"#\|\s*(default_exp|export)\s+{found.group(1)}\s*$" if found else None
+        if found and not any(re.search(pattern, t, re.MULTILINE) for c, t in texts.items() if c != chapter):
+            return found.group(1)
+
+    last = [c for c in texts if own_module(c)][-1]
+    module = own_module(last)
     last.unlink()
     result = run_export(repo_copy, "--check")
     assert result.returncode == 1
@@ -179,6 +185,25 @@ def test_imports_of_a_later_chapter_join_the_top_of_the_module(repo_copy: Path):
     assert run_export(repo_copy).returncode == 0
     module = (repo_copy / "transformer_lib" / "extra_mod.py").read_text(encoding="utf-8")
     assert module.count("import math") == 1 and module.index("import json") < module.index("FIRST =")
+    assert "import json\nimport math\n\nFIRST = math.pi" in module  # merged and sorted, as isort would
+
+
+def test_merged_imports_are_grouped_sorted_and_wrapped():
+    import ast
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from export import import_block
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    nodes = ast.parse("from transformer_lib.config import GPTConfig, MAX_STEPS, gpt_param_count\nimport torch\n"
+                      "from torch import Tensor\nimport os\nfrom collections.abc import Sequence\nimport os\n").body
+    assert import_block(nodes) == (
+        "import os\nfrom collections.abc import Sequence\n\nimport torch\nfrom torch import Tensor\n\n"
+        "from transformer_lib.config import MAX_STEPS, GPTConfig, gpt_param_count")
+    long = import_block(ast.parse("from transformer_lib._checks import " + ", ".join(f"check_{i}" for i in range(20))).body)
+    assert long.startswith("from transformer_lib._checks import (\n    check_0,") and long.endswith(",\n)")
+    assert all(len(line) <= 120 for line in long.splitlines())
 
 
 def test_api_line_curates_the_top_level(repo_copy: Path):
@@ -204,7 +229,8 @@ def test_top_level_is_curated_and_versioned():
 
 
 def test_no_import_cycles_and_no_function_local_imports():
-    """Modules import each other at the top only, and the graph of those imports has no cycle."""
+    """Modules import each other at the top only, never each other's private names, and the graph of those
+    imports has no cycle."""
     import ast
 
     modules = {p.stem: p for p in (ROOT / "transformer_lib").glob("*.py")}
@@ -217,6 +243,10 @@ def test_no_import_cycles_and_no_function_local_imports():
                 deps.add(node.module.split(".")[1])
             elif isinstance(node, ast.ImportFrom) and node.module == "transformer_lib":
                 deps.update(a.name for a in node.names if a.name in modules)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_lib."):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert node.module == f"transformer_lib.{name}" or not private, (
+                    f"{path.name} imports the private {private} of {node.module}: give a shared helper a public name")
         for func in ast.walk(tree):
             if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 local = [n for n in ast.walk(func) if isinstance(n, ast.ImportFrom)

@@ -16,20 +16,16 @@ import torch
 
 import transformer_lib.gpt2 as gpt2_module
 from transformer_lib.config import GPT_PRESETS, GPTConfig
-from transformer_lib.data import DATA_ENV
 from transformer_lib.gpt import GPT
 from transformer_lib.gpt2 import (
     GPT2_CHECKPOINTS,
-    GPT2_REVISION,
-    GPT2_WEIGHTS_SHA256,
-    GPT2_WEIGHTS_URL,
     HF_CONV1D_WEIGHTS,
-    GPT2Checkpoint,
     gpt2_config_from_hf,
     hf_gpt2_key_map,
     load_gpt2_weights,
     load_hf_gpt2_state_dict,
 )
+from transformer_lib.hub import DATA_ENV, GPT2_REVISION, PINNED_FILES
 
 
 def hf_transformers():
@@ -94,26 +90,25 @@ def greedy(next_logits, idx, n):
 
 def test_constants_pin_one_revision():
     assert re.fullmatch(r"[0-9a-f]{40}", GPT2_REVISION)
-    assert re.fullmatch(r"[0-9a-f]{64}", GPT2_WEIGHTS_SHA256)
-    assert GPT2_WEIGHTS_URL == (
-        f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/model.safetensors"
-    )
-    assert GPT2_CHECKPOINTS["gpt2"] == GPT2Checkpoint(
-        "openai-community/gpt2", GPT2_REVISION, GPT2_WEIGHTS_SHA256, "gpt2-124M.safetensors")
+    small = PINNED_FILES[GPT2_CHECKPOINTS["gpt2"]]
+    assert GPT2_CHECKPOINTS["gpt2"] == "gpt2-124M.safetensors" and re.fullmatch(r"[0-9a-f]{64}", small.sha256)
+    assert small.url == f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/model.safetensors"
+    assert small.revision == GPT2_REVISION
     assert HF_CONV1D_WEIGHTS == ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def test_checkpoints_are_the_four_gpt2_presets():
     assert list(GPT2_CHECKPOINTS) == ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"]
     assert set(GPT2_CHECKPOINTS) <= set(GPT_PRESETS)
-    filenames = [c.filename for c in GPT2_CHECKPOINTS.values()]
+    filenames = list(GPT2_CHECKPOINTS.values())
     assert len(set(filenames)) == 4 and all(f.endswith(".safetensors") for f in filenames)
-    for name, c in GPT2_CHECKPOINTS.items():
-        assert c.repo == f"openai-community/{name}"
-        assert c.revision is None or re.fullmatch(r"[0-9a-f]{40}", c.revision)
-        assert c.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", c.sha256)
-    assert GPT2_CHECKPOINTS["gpt2-medium"].sha256 and GPT2_CHECKPOINTS["gpt2-xl"].sha256
-    assert GPT2_CHECKPOINTS["gpt2-large"].sha256 is None  # not pinned yet: refused, see below
+    for name, key in GPT2_CHECKPOINTS.items():
+        pin = PINNED_FILES[key]
+        assert pin.url.startswith(f"https://huggingface.co/openai-community/{name}/resolve/")
+        assert re.fullmatch(r"[0-9a-f]{40}", pin.revision)
+        assert pin.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", pin.sha256)
+    assert PINNED_FILES[GPT2_CHECKPOINTS["gpt2-medium"]].sha256 and PINNED_FILES[GPT2_CHECKPOINTS["gpt2-xl"]].sha256
+    assert PINNED_FILES[GPT2_CHECKPOINTS["gpt2-large"]].sha256 is None  # not pinned yet: refused, see below
 
 
 @pytest.mark.parametrize("n_layer", [1, 3])
@@ -350,10 +345,10 @@ def hub_layout(hf_sd):
 @pytest.fixture
 def fake_gpt2_file(tmp_path, monkeypatch, hf_sd):
     """A small GPT-2 saved as the "gpt2" checkpoint, with that checkpoint and preset pointing at it."""
-    file = tmp_path / GPT2_CHECKPOINTS["gpt2"].filename
+    file = tmp_path / GPT2_CHECKPOINTS["gpt2"]
     safetensors.torch.save_file(hub_layout(hf_sd), str(file))
     digest = hashlib.sha256(file.read_bytes()).hexdigest()
-    monkeypatch.setitem(GPT2_CHECKPOINTS, "gpt2", GPT2_CHECKPOINTS["gpt2"]._replace(sha256=digest))
+    monkeypatch.setitem(PINNED_FILES, file.name, PINNED_FILES[file.name]._replace(sha256=digest))
     monkeypatch.setitem(GPT_PRESETS, "gpt2", {**GPT_PRESETS["gpt2"], **our_config().to_dict()})
     monkeypatch.setenv(DATA_ENV, str(tmp_path))
     return file

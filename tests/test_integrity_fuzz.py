@@ -30,7 +30,10 @@ import torch
 from transformer_lib.config import GPTConfig
 from transformer_lib.gpt import GPT
 from transformer_lib.serialization import CONFIG_NAME, WEIGHTS_NAME, load_pretrained_state
-from transformer_lib.training import CHECKPOINT_FILE, TrainConfig, load_checkpoint, train
+from transformer_lib.checkpoint import load_checkpoint
+from transformer_lib.config import TrainConfig
+from transformer_lib.rundir import CHECKPOINT_FILE
+from transformer_lib.training import train
 
 # The smallest GPT there is, so that the files are small and every byte can be tried.
 MICRO = GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=4, vocab_size=8, dropout=0.0, bias=True)

@@ -13,10 +13,8 @@ import torch
 import transformer_lib
 from transformer_lib.block import SwiGLU
 from transformer_lib.embeddings import apply_rope, rope_angles
-from transformer_lib.bpe import DIGITS_SPLIT_PATTERN, load_tokenizer_json
 from transformer_lib.generation import KVCache
 from transformer_lib.llama import (
-    SMOLLM2_FILES,
     GroupedQueryAttention,
     Llama,
     LlamaConfig,
@@ -100,7 +98,8 @@ def test_logits_equal_hf_float64(kind, extra):
     hf = hf_model(kind, torch.float64, **dict(extra))
     ours = Llama.from_hf(hf)
     assert ours.tok_emb.weight.dtype == torch.float64
-    in_float64(hf, ours._inv_freq)
+    c = ours.config
+    in_float64(hf, rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling))
     with torch.no_grad():
         diff = (ours(IDS)[0] - hf(IDS).logits).abs().max().item()
     assert diff < 1e-12
@@ -131,7 +130,7 @@ def test_cache_matches_full_forward_with_multi_token_chunks():
 
 def test_generate_past_block_size_and_sampling_reproducible():
     torch.manual_seed(0)
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, block_size=12))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_kv_head=2, n_inner=64, block_size=12))
     prompt = torch.randint(0, 50, (2, 5))
     greedy = model.generate(prompt, 20, temperature=0)
     assert greedy.shape == (2, 25) and torch.equal(greedy, model.generate(prompt, 20, temperature=0, use_cache=False))
@@ -141,7 +140,7 @@ def test_generate_past_block_size_and_sampling_reproducible():
 
 
 def test_structure_for_swapping_the_mlp():
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, n_kv_heads=1, d_ff=64, block_size=16))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=3, n_head=4, n_kv_head=1, n_inner=64, block_size=16))
     assert isinstance(model.blocks, torch.nn.ModuleList) and len(model.blocks) == 3
     for block in model.blocks:
         assert {"attn_norm", "attn", "mlp_norm", "mlp"} <= dict(block.named_children()).keys()
@@ -150,6 +149,50 @@ def test_structure_for_swapping_the_mlp():
     model.blocks[1].mlp = torch.nn.Identity()  # any (B, T, d) -> (B, T, d) module fits
     logits, loss = model(torch.randint(0, 50, (2, 6)), torch.randint(0, 50, (2, 6)))
     assert logits.shape == (2, 6, 50) and loss.ndim == 0
+
+
+def test_projections_have_hugging_face_names():
+    """peft-style target_modules and the weight map match on the projections' own names."""
+    model = Llama.from_hf(hf_model("qwen3"))
+    leaves = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert leaves == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
+    for theirs, ours in hf_llama_key_map(model.config).items():
+        if "_proj." in theirs:
+            assert theirs.split(".")[-2:] == ours.split(".")[-2:], (theirs, ours)
+
+
+SMALL = dict(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_kv_head=2, n_inner=64)
+
+
+def test_rope_tables_are_buffers_rounded_once_to_the_model_dtype():
+    model = Llama(LlamaConfig(**SMALL, block_size=24))
+    assert not any(k.startswith("rope_") for k in model.state_dict())
+    for dtype in (torch.float64, torch.bfloat16, torch.float32):  # float64 must not be float32's rounding, cast up
+        model.to(dtype)
+        cos, sin = rope_cos_sin(rope_inv_freq(8, 10000.0), 0, 24, dtype=dtype)
+        assert model.rope_cos.dtype == dtype and torch.equal(model.rope_cos, cos) and torch.equal(model.rope_sin, sin)
+
+
+def test_context_longer_than_the_rope_tables(monkeypatch):
+    torch.manual_seed(0)
+    full = Llama(LlamaConfig(**SMALL, block_size=24)).double()
+    monkeypatch.setattr("transformer_lib.llama._ROPE_TABLE_POSITIONS", 8)
+    short = Llama(LlamaConfig(**SMALL, block_size=24)).double()
+    short.load_state_dict(full.state_dict())
+    assert full.rope_cos.shape == (24, 4) and short.rope_cos.shape == (8, 4)
+    idx = torch.randint(0, 50, (2, 20))
+    expected = full(idx)[0]
+    assert torch.equal(short(idx)[0], expected)
+    cache = short.new_kv_cache(2, 24)  # chunks inside the tables, across their end, and past it
+    parts = [short(idx[:, a:b], kv_cache=cache)[0] for a, b in ((0, 5), (5, 11), (11, 12), (12, 20))]
+    assert (torch.cat(parts, 1) - expected).abs().max().item() < 1e-12
+
+
+def test_huge_block_size_allocates_only_the_first_positions():
+    model = Llama(LlamaConfig(**SMALL, block_size=10**12))
+    assert model.rope_cos.shape == (65536, 4) and model.rope_cos.dtype == torch.float32
+    logits, _ = model(torch.randint(0, 50, (1, 5)))
+    assert logits.shape == (1, 5, 50)
 
 
 def test_top_level_names():
@@ -183,12 +226,12 @@ def test_llama3_frequencies_against_hf():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(d_model=100, n_heads=3), "n_heads must divide d_model"),
-    (dict(n_heads=8, n_kv_heads=3, d_model=64), "n_kv_heads must divide n_heads"),
+    (dict(n_embd=100, n_head=3), "n_head must divide n_embd"),
+    (dict(n_head=8, n_kv_head=3, n_embd=64), "n_kv_head must divide n_head"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling\\['rope_type'\\]"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "low_freq_factor"),
     (dict(head_dim=7), "head_dim must be even"),
-    (dict(n_layers=0), "n_layers"),
+    (dict(n_layer=0), "n_layer"),
     (dict(norm_eps=0.0), "norm_eps"),
 ])
 def test_bad_configs(kwargs, match):
@@ -201,7 +244,7 @@ def test_config_types_and_json_round_trip(tmp_path):
         LlamaConfig(qk_norm=1)
     with pytest.raises(TypeError, match="rope_scaling"):
         LlamaConfig(rope_scaling="llama3")
-    cfg = LlamaConfig(vocab_size=50, d_model=48, n_heads=4, n_kv_heads=2, head_dim=16, qk_norm=True,
+    cfg = LlamaConfig(vocab_size=50, n_embd=48, n_head=4, n_kv_head=2, head_dim=16, qk_norm=True,
                       rope_scaling=dict(type="llama3", factor=8, low_freq_factor=1, high_freq_factor=4,
                                         original_max_position_embeddings=64))
     assert cfg.d_head == 16 and cfg.rope_scaling["rope_type"] == "llama3"
@@ -253,13 +296,13 @@ def test_state_dict_errors():
     (torch.full((1, 3), 50), ValueError, "vocab_size=50"),
 ])
 def test_bad_inputs(bad, error, match):
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64, block_size=16))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_kv_head=2, n_inner=64, block_size=16))
     with pytest.raises(error, match=match):
         model(bad)
 
 
 def test_bad_generate_and_cache_arguments():
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64, block_size=16))
+    model = Llama(LlamaConfig(vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_kv_head=2, n_inner=64, block_size=16))
     idx = torch.zeros(1, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="temperature"):
         model.generate(idx, 2, temperature=-1.0)
@@ -286,40 +329,3 @@ def test_gqa_module_against_repeated_heads():
     y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     ref = attn.o_proj(y.transpose(1, 2).reshape(2, 6, 64))
     assert (attn(x, cos, sin) - ref).abs().max().item() < 1e-13
-
-
-def test_tokenizer_json_against_tokenizers(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    corpus = ["the quick brown fox jumps over the lazy dog " * 20, " ".join(str(n) for n in range(0, 5000, 3))]
-    text = "The  fox 2024 jumped  12 times,\n\n  over 7 dogs — été 3.14 <|endoftext|> end"
-    for digits in (False, True):
-        tok = Tokenizer(models.BPE())
-        bl = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bl]) if digits else bl
-        tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
-                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                            show_progress=False))
-        path = tmp_path / f"tokenizer{digits}.json"
-        tok.save(str(path))
-        ours = load_tokenizer_json(path)
-        assert ours.encode(text, allowed_special="all") == tok.encode(text, add_special_tokens=False).ids
-        assert (ours.pattern == DIGITS_SPLIT_PATTERN) == digits
-
-
-def test_tokenizer_json_refusals(tmp_path):
-    base = {"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": None,
-            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
-    for change, field in (({"normalizer": {"type": "NFC"}}, "normalizer"),
-                          ({"model": {**base["model"], "byte_fallback": True}}, "byte_fallback"),
-                          ({"model": {**base["model"], "ignore_merges": True}}, "ignore_merges"),
-                          ({"pre_tokenizer": {"type": "Metaspace"}}, "pre_tokenizer")):
-        path = tmp_path / "t.json"
-        path.write_text(json.dumps({**base, **change}))
-        with pytest.raises(ValueError, match=field):
-            load_tokenizer_json(path)
-
-
-def test_smollm2_pins_are_digests():
-    assert set(SMOLLM2_FILES) == {"config.json", "tokenizer.json", "model.safetensors"}
-    assert all(len(h) == 64 and int(h, 16) >= 0 for h in SMOLLM2_FILES.values())

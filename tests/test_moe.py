@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+from transformer_lib.llama import rope_inv_freq
 from transformer_lib.moe import (
     SparseMoE,
     expert_capacity,
@@ -91,7 +92,7 @@ def test_sparse_moe_backward_reaches_router_and_experts():
     x = randn(2, 6, C, dtype=torch.float32)
     (moe(x).square().sum() + load_balancing_loss(moe.router_logits, K)).backward()
     assert moe.router.weight.grad.abs().sum() > 0
-    grads = [ex.w_down.weight.grad for ex in moe.experts]
+    grads = [ex.down_proj.weight.grad for ex in moe.experts]
     used = [i for i, g in enumerate(grads) if g is not None and g.abs().sum() > 0]
     assert len(used) >= K
 
@@ -190,7 +191,8 @@ def test_moe_from_hf_equals_qwen3_moe_for_causal_lm(dtype):
     hf = hf_model(dtype)
     ours = moe_from_hf(hf)
     if dtype == torch.float64:
-        hf_rms_rope_in_float64(hf, ours._inv_freq)
+        c = ours.config
+        hf_rms_rope_in_float64(hf, rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling))
     idx = torch.randint(0, 53, (2, 11), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         out = hf(idx, output_router_logits=True)
@@ -335,18 +337,6 @@ def test_bad_constructor_arguments(kwargs, error, match):
     args = dict(d_model=C, d_ff=D_FF, n_experts=E, top_k=K) | kwargs
     with pytest.raises(error, match=match):
         SparseMoE(**args)
-
-
-def test_bad_forward_inputs():
-    moe = SparseMoE(C, D_FF, E, K)
-    with pytest.raises(ValueError, match=r"SparseMoE.forward: x must have shape \(\*, \*, 32\)"):
-        moe(torch.randn(2, 5, C + 1))
-    with pytest.raises(ValueError, match=r"SparseMoE.forward: x must be 3-D, got x.shape=\(10, 32\)"):
-        moe(torch.randn(10, C))
-    with pytest.raises(TypeError, match=r"SparseMoE.forward: x must have dtype float32"):
-        moe(torch.randn(2, 5, C, dtype=torch.float64))
-    with pytest.raises(ValueError, match="x must not be empty"):
-        moe(torch.randn(2, 0, C))
 
 
 def test_bad_gating_and_loss_inputs():

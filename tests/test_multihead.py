@@ -73,34 +73,6 @@ def test_merge_heads_inverts_split_heads():
     assert torch.equal(split_heads(merged, 4), y)
 
 
-@pytest.mark.parametrize(
-    "args, error, name",
-    [
-        (([[1.0]], 1), TypeError, "x"),
-        ((torch.zeros(2, 5, 12), 2.0), TypeError, "n_head"),
-        ((torch.zeros(2, 5, 12), True), TypeError, "n_head"),
-        ((torch.zeros(2, 5, 12), 0), ValueError, "n_head"),
-        ((torch.zeros(5, 12), 3), ValueError, "x"),
-        ((torch.zeros(2, 5, 10), 3), ValueError, "n_head"),
-    ],
-)
-def test_split_heads_errors(args, error, name):
-    with pytest.raises(error, match=f"split_heads: {name} "):
-        split_heads(*args)
-
-
-def test_split_heads_error_names_the_width_and_the_heads():
-    with pytest.raises(ValueError, match=r"x.shape=\(2, 5, 10\) and n_head=3"):
-        split_heads(torch.zeros(2, 5, 10), 3)
-
-
-def test_merge_heads_errors():
-    with pytest.raises(TypeError, match="merge_heads: x "):
-        merge_heads([1.0])
-    with pytest.raises(ValueError, match=r"merge_heads: x .*x.shape=\(2, 5, 12\)"):
-        merge_heads(torch.zeros(2, 5, 12))
-
-
 # ---------------------------------------------------------------- construction
 
 
@@ -377,19 +349,14 @@ def test_from_torch_errors(make, error, match):
         MultiHeadAttention.from_torch(make())
 
 
-# ---------------------------------------------------------------- forward: metadata checks only
+# ---------------------------------------------------------------- forward: the masks and batch sizes are checked
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_forward_with_a_wrong_width_names_the_argument(need_weights):
+def test_forward_checks_how_the_inputs_fit_together_and_leaves_the_rest_to_pytorch(need_weights):
     m = MultiHeadAttention(D_MODEL, N_HEAD)
-    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: query must have shape \(\*, \*, 12\), "
-                                         r"got query.shape=\(2, 5, 8\)"):
+    with pytest.raises(RuntimeError):  # a wrong width fails in the projection, with PyTorch's message
         m(torch.zeros(B, L, 8), need_weights=need_weights)
-    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key must have shape"):
-        m(torch.zeros(B, L, D_MODEL), torch.zeros(B, S, 8), need_weights=need_weights)
-    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: query must be 3-D, got query.shape=\(5, 12\)"):
-        m(torch.zeros(L, D_MODEL), need_weights=need_weights)
     with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: key must have the batch size of query, "
                                          r"got query.shape=\(2, 5, 12\) and key.shape=\(3, 7, 12\)"):
         m(torch.zeros(B, L, D_MODEL), torch.zeros(3, S, D_MODEL), need_weights=need_weights)
@@ -402,34 +369,6 @@ def test_forward_with_a_wrong_width_names_the_argument(need_weights):
         m(torch.zeros(B, L, D_MODEL), key_mask=torch.ones(B, L + 1, dtype=torch.bool), need_weights=need_weights)
     with pytest.raises((RuntimeError, ValueError)):
         m(torch.zeros(B, L, D_MODEL), attn_mask=torch.ones(L, L + 1, dtype=torch.bool), need_weights=need_weights)
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int64])
-@pytest.mark.parametrize("which", ["query", "key", "value"])
-def test_forward_refuses_an_input_of_another_dtype(dtype, which):
-    m = MultiHeadAttention(D_MODEL, N_HEAD)  # float32
-    inputs = dict(zip(("query", "key", "value"), make_inputs(torch.float32)))
-    inputs[which] = inputs[which].to(dtype)
-    with pytest.raises(TypeError, match=rf"MultiHeadAttention.forward: {which} must have dtype float32 .*"
-                                        rf"got {which}.dtype={dtype}"):
-        m(**inputs)
-
-
-def test_forward_refuses_an_input_on_another_device():
-    m = MultiHeadAttention(D_MODEL, N_HEAD)
-    with pytest.raises(ValueError, match=r"MultiHeadAttention.forward: query must be on the device .* cpu, "
-                                         r"got query.device=meta"):
-        m(torch.zeros(B, L, D_MODEL, device="meta"))
-
-
-@pytest.mark.parametrize("shape, which", [((0, L, D_MODEL), "query"), ((B, 0, D_MODEL), "query"), ((B, 0, D_MODEL), "key")])
-def test_forward_refuses_empty_inputs(shape, which):
-    m = MultiHeadAttention(D_MODEL, N_HEAD)
-    x = torch.zeros(B, L, D_MODEL)
-    args = (torch.zeros(shape),) if which == "query" else (x, torch.zeros(shape))
-    with pytest.raises(ValueError, match=rf"MultiHeadAttention.forward: {which} must not be empty, "
-                                         rf"got {which}.shape=\{tuple(shape)}".replace(")", r"\)")):
-        m(*args)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])

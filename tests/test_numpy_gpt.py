@@ -20,7 +20,7 @@ from transformer_lib.numpy_gpt import (
     params_from_torch,
     params_to_torch,
 )
-from transformer_lib.training import clip_grad_norm_, weight_decay_groups
+from transformer_lib.optim import clip_grad_norm_, weight_decay_groups
 
 TOL = 1e-12  # relative error allowed against autograd in float64 (observed: about 1e-15)
 # the "tiny" preset as it is (biases, exact GELU) and in GPT-2's variant (no biases, tanh GELU)

@@ -1,15 +1,32 @@
-"""Unit tests for transformer_lib.optim (chapter 20): Muon against torch.optim.Muon, Newton-Schulz against
-the SVD, the Muon/AdamW split of a GPT's parameters, and the constructor's argument checks."""
+"""Unit tests for transformer_lib.optim: the teaching AdamW, fused_adamw, the parameter groups, the schedules and
+clipping against PyTorch (chapter 9); Muon against torch.optim.Muon, Newton-Schulz against the SVD, the Muon/AdamW
+split of a GPT's parameters, and the constructor's argument checks (chapter 20)."""
 
 import copy
+import io
 
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import transformer_lib
 from transformer_lib.config import GPTConfig
+from transformer_lib.data import get_batch
 from transformer_lib.gpt import GPT
-from transformer_lib.optim import NS_COEFFICIENTS, Muon, MuonWithAdamW, newton_schulz, split_muon_params
+from transformer_lib.optim import (
+    NS_COEFFICIENTS,
+    AdamW,
+    Muon,
+    MuonWithAdamW,
+    clip_grad_norm_,
+    cosine_lr,
+    fused_adamw,
+    inverse_sqrt_lr,
+    newton_schulz,
+    split_muon_params,
+    weight_decay_groups,
+)
 
 # Our Muon runs the same operations in the same order as torch.optim.Muon (bfloat16 Newton-Schulz, addmm), so
 # the updates agree to the last bit in practice; these bounds leave room only for a different summation order
@@ -22,6 +39,209 @@ SHAPES = ((48, 16), (16, 40), (24, 24))
 BAND = (0.68, 1.21)
 
 
+
+# ================================================================ chapter 9
+TINY = GPTConfig.from_preset("tiny")
+DATA = (torch.arange(3000) * 7 + torch.arange(3000) // 13) % TINY.vocab_size
+
+
+# ---------------------------------------------------------------- AdamW
+def _pair(dtype):
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(6, 10), nn.LayerNorm(10), nn.Tanh(), nn.Linear(10, 4)).to(dtype)
+    return a, copy.deepcopy(a)
+
+
+def _groups(m):
+    return [{"params": [m[0].weight, m[3].weight], "weight_decay": 0.2},
+            {"params": [m[0].bias, m[1].weight, m[1].bias, m[3].bias], "weight_decay": 0.0, "lr": 5e-3}]
+
+
+def _steps(models_opts, dtype, n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        x, y = torch.randn(16, 6, generator=g, dtype=dtype), torch.randint(0, 4, (16,), generator=g)
+        for model, opt in models_opts:
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_adamw_matches_torch(dtype, atol):
+    a, b = _pair(dtype)
+    ours = AdamW(_groups(a), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    ref = torch.optim.AdamW(_groups(b), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    _steps([(a, ours), (b, ref)], dtype, 20)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=atol, rtol=0)
+    st = ours.state[a[0].weight]
+    assert int(st["step"]) == 20 and set(st) == {"step", "exp_avg", "exp_avg_sq"}
+
+
+def test_adamw_state_dict_round_trip():
+    a, b = _pair(torch.float64)
+    opt_a = AdamW(_groups(a), lr=1e-2)
+    _steps([(a, opt_a)], torch.float64, 5)
+    b.load_state_dict(a.state_dict())
+    opt_b = AdamW(_groups(b), lr=1e-2)
+    buf = io.BytesIO()  # through bytes, as a checkpoint would (a live state_dict shares its tensors)
+    torch.save(opt_a.state_dict(), buf)
+    buf.seek(0)
+    opt_b.load_state_dict(torch.load(buf, weights_only=True))
+    _steps([(a, opt_a), (b, opt_b)], torch.float64, 5, seed=9)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_adamw_errors():
+    p = [nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match="AdamW: lr"):
+        AdamW(p, lr=-1.0)
+    with pytest.raises(ValueError, match="betas"):
+        AdamW(p, betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="betas"):
+        AdamW(p, betas=(0.9,))
+    with pytest.raises(ValueError, match="weight_decay"):
+        AdamW(p, weight_decay=-0.1)
+    with pytest.raises(TypeError, match="eps"):
+        AdamW(p, eps="small")
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_fused_adamw_matches_ours(dtype, atol):
+    a, b = _pair(dtype)
+    ours = AdamW(_groups(a), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    fused = fused_adamw(_groups(b), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    assert isinstance(fused, torch.optim.AdamW) and fused.defaults["fused"]  # this PyTorch has the CPU kernel
+    _steps([(a, ours), (b, fused)], dtype, 20)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=atol, rtol=0)
+
+
+def test_fused_adamw_state_dict_loads_into_ours_and_back():
+    a, b = _pair(torch.float64)
+    fused = fused_adamw(_groups(a), lr=1e-2)
+    _steps([(a, fused)], torch.float64, 5)
+    b.load_state_dict(a.state_dict())
+    ours = AdamW(_groups(b), lr=1e-2)
+    ours.load_state_dict(copy.deepcopy(fused.state_dict()))  # a live state_dict shares its tensors
+    _steps([(a, fused), (b, ours)], torch.float64, 5, seed=9)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-12, rtol=0)
+    again = fused_adamw(_groups(a), lr=1e-2)
+    again.load_state_dict(copy.deepcopy(ours.state_dict()))
+    assert int(again.state_dict()["state"][0]["step"]) == 10
+
+
+def test_fused_adamw_falls_back_to_ours(monkeypatch):
+    class NoFused(torch.optim.AdamW):
+        def __init__(self, *args, fused=None, **kwargs):
+            if fused:
+                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", NoFused)
+    groups = _groups(_pair(torch.float32)[0])
+    opt = fused_adamw(groups, lr=1e-2, weight_decay=0.3)
+    assert type(opt) is AdamW
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.0] and opt.param_groups[1]["lr"] == 5e-3
+    assert "lr" not in groups[0]  # the caller's group dicts are not filled in
+
+
+def test_fused_adamw_errors():
+    p = [nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match="lr"):
+        fused_adamw(p, lr=-1.0)
+    with pytest.raises(ValueError, match="betas"):
+        fused_adamw(p, betas=(0.9, 1.5))
+
+
+# ---------------------------------------------------------------- weight_decay_groups
+def test_weight_decay_groups_tied_once_and_no_decay_for_vectors(tiny_model):
+    model = tiny_model
+    decay, other = weight_decay_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and other["weight_decay"] == 0.0
+    ids = [id(p) for grp in (decay, other) for p in grp["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    assert sum(p is model.wte.weight for p in decay["params"]) == 1
+    assert any(p is model.ln_f.weight for p in other["params"])
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in other["params"])
+
+
+def test_weight_decay_groups_errors():
+    with pytest.raises(TypeError, match="model"):
+        weight_decay_groups([nn.Parameter(torch.zeros(2))], 0.1)
+    with pytest.raises(ValueError, match="weight_decay"):
+        weight_decay_groups(nn.Linear(2, 2), -1.0)
+
+
+# ---------------------------------------------------------------- schedules
+def test_inverse_sqrt_lr():
+    assert inverse_sqrt_lr(4000, d_model=512, warmup_steps=4000) == pytest.approx((512 * 4000) ** -0.5, rel=1e-12)
+    assert inverse_sqrt_lr(1, d_model=512, warmup_steps=4000) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    assert inverse_sqrt_lr(16000, d_model=512, warmup_steps=4000, scale=2.0) == pytest.approx(
+        2 * 512**-0.5 / 16000**0.5, rel=1e-12)
+    with pytest.raises(ValueError, match="step"):
+        inverse_sqrt_lr(0, d_model=512, warmup_steps=4000)
+    with pytest.raises(TypeError, match="d_model"):
+        inverse_sqrt_lr(1, d_model=512.0, warmup_steps=4000)
+    with pytest.raises(ValueError, match="scale"):
+        inverse_sqrt_lr(1, d_model=512, warmup_steps=4000, scale=0.0)
+
+
+def test_cosine_lr():
+    kw = dict(max_lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
+    assert cosine_lr(0, **kw) == pytest.approx(1e-3 / 11, rel=1e-12)
+    lrs = [cosine_lr(s, **kw) for s in range(10)]
+    assert all(a < b for a, b in zip(lrs, lrs[1:]))  # warm-up increases
+    assert cosine_lr(10, **kw) == 1e-3
+    assert cosine_lr(60, **kw) == pytest.approx(5.5e-4, rel=1e-12)
+    assert cosine_lr(110, **kw) == 1e-4 and cosine_lr(1000, **kw) == 1e-4
+    with pytest.raises(ValueError, match="min_lr must be <= max_lr"):
+        cosine_lr(0, max_lr=1e-4, min_lr=1e-3, warmup_steps=1, max_steps=10)
+    with pytest.raises(ValueError, match="max_steps must be > warmup_steps"):
+        cosine_lr(0, max_lr=1e-3, min_lr=0.0, warmup_steps=10, max_steps=10)
+    with pytest.raises(ValueError, match="step"):
+        cosine_lr(-1, **kw)
+    with pytest.raises(ValueError, match="max_lr"):
+        cosine_lr(0, max_lr=0.0, min_lr=0.0, warmup_steps=1, max_steps=10)
+
+
+# ---------------------------------------------------------------- clip_grad_norm_
+@pytest.mark.parametrize("max_norm", [0.1, 1e4])
+def test_clip_grad_norm_matches_torch(max_norm):
+    a, b = GPT(TINY), GPT(TINY)
+    b.load_state_dict(a.state_dict())
+    x, y = get_batch(DATA, 16, 3, generator=torch.Generator().manual_seed(0))
+    for m in (a, b):
+        m(x, y)[1].backward()
+    n_ours = clip_grad_norm_(a.parameters(), max_norm)
+    n_ref = torch.nn.utils.clip_grad_norm_(b.parameters(), max_norm)
+    torch.testing.assert_close(n_ours, n_ref, atol=1e-6, rtol=0)
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=0)
+    after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a.parameters()]))
+    assert after.item() <= max(max_norm, n_ref.item()) * (1 + 1e-5)
+
+
+def test_clip_grad_norm_errors():
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_grad_norm_([nn.Parameter(torch.zeros(2))], 0.0)
+    with pytest.raises(TypeError, match="max_norm"):
+        clip_grad_norm_([nn.Parameter(torch.zeros(2))], None)
+
+
+def test_clip_grad_norm_single_tensor_and_no_grads():
+    p = nn.Parameter(torch.zeros(4))
+    assert clip_grad_norm_(p, 1.0).item() == 0.0  # no gradient yet
+    p.grad = torch.full((4,), 2.0)  # norm 4
+    torch.testing.assert_close(clip_grad_norm_(p, 1.0), torch.tensor(4.0))
+    torch.testing.assert_close(p.grad, torch.full((4,), 0.5), atol=1e-6, rtol=0)
+
+
+
+# ================================================================ chapter 20
 def run(opt_class, dtype, steps=5, **kw):
     """The change of each parameter after ``steps`` updates on seeded random gradients."""
     gen = torch.Generator().manual_seed(0)

@@ -1,5 +1,8 @@
-"""Unit tests for transformer_lib.pretrained (chapter 10): the shipped model, its pinned files, load_book_model."""
+"""Unit tests for transformer_lib.pretrained: the shipped model, its pinned files, load_book_model (chapter 10);
+load_gpt2_tokenizer on local files (chapter 13); load_tokenizer_json against the tokenizers library and the pins
+of SmolLM2 (chapter 17). No network access."""
 
+import hashlib
 import json
 import math
 import shutil
@@ -12,17 +15,50 @@ import yaml
 import transformer_lib
 from transformer_lib import pretrained
 from transformer_lib.config import GPTConfig
-from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, sha256sum, train_val_split
+from transformer_lib.config import TrainConfig
+from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
-from transformer_lib.pretrained import (
-    BOOK_MODELS, BRANCH, MODELS_PATH, REPOSITORY_URL, book_model_dir, book_model_url, load_book_model,
+from transformer_lib.bpe import ByteBPETokenizer
+from transformer_lib.hub import (
+    BRANCH,
+    CACHE_ENV,
+    DATA_ENV,
+    GPT2_REVISION,
+    MODELS_PATH,
+    PINNED_FILES,
+    REPOSITORY_URL,
+    SMOLLM2_REPO,
+    SMOLLM2_REVISION,
+    book_model_url,
+    sha256sum,
 )
-from transformer_lib.training import TrainConfig
+from transformer_lib.pretrained import (
+    BOOK_MODELS,
+    DIGITS_SPLIT_PATTERN,
+    GPT2_END_OF_TEXT,
+    SMOLLM2_FILES,
+    book_model_dir,
+    load_book_model,
+    load_gpt2_tokenizer,
+    load_tokenizer_json,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "shakespeare-baby"
 SHIPPED = ROOT / MODELS_PATH / NAME
+
+
+def pins(name: str) -> dict[str, str]:
+    """File name -> pinned SHA-256 of every file of a shipped model."""
+    return {filename: PINNED_FILES[f"models/{name}/{filename}"].sha256 for filename in BOOK_MODELS[name]}
+
+
+def serve_from(monkeypatch, url):
+    """Point the pinned URL of every file of the model NAME at ``url(filename)``."""
+    for filename in BOOK_MODELS[NAME]:
+        key = f"models/{NAME}/{filename}"
+        monkeypatch.setitem(PINNED_FILES, key, PINNED_FILES[key]._replace(url=url(filename)))
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +91,14 @@ def test_repository_is_the_books():
 def test_committed_files_match_the_pins(name):
     directory = ROOT / MODELS_PATH / name
     assert sorted(p.name for p in directory.iterdir()) == sorted(BOOK_MODELS[name])
-    for filename, digest in BOOK_MODELS[name].items():
+    for filename, digest in pins(name).items():
         assert sha256sum(directory / filename) == digest, filename
+        assert PINNED_FILES[f"models/{name}/{filename}"].url == book_model_url(name, filename)
 
 
 def test_provenance_describes_the_shipped_files():
     provenance = json.loads((SHIPPED / "provenance.json").read_text(encoding="utf-8"))
-    assert provenance["files_sha256"] == {k: v for k, v in BOOK_MODELS[NAME].items() if k != "provenance.json"}
+    assert provenance["files_sha256"] == {k: v for k, v in pins(NAME).items() if k != "provenance.json"}
     assert provenance["steps"] == 6000 and provenance["init_seed"] == 0
     # Chapter 10's recipe; only the step count, the logging intervals and the device are set.
     assert TrainConfig.from_dict(provenance["train_config"]) == TrainConfig.from_preset(
@@ -138,11 +175,11 @@ def test_downloads_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
     monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
     monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: (SHIPPED / filename).as_uri())
+    serve_from(monkeypatch, lambda filename: (SHIPPED / filename).as_uri())
     assert book_model_dir(NAME) == tmp_path / "cache" / "models" / NAME
     assert sorted(p.name for p in (tmp_path / "cache" / "models" / NAME).iterdir()) == sorted(BOOK_MODELS[NAME])
     # The second time the cache is read: a download would fail now.
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: "http://127.0.0.1:9/unreachable")
+    serve_from(monkeypatch, lambda filename: "http://127.0.0.1:9/unreachable")
     load_book_model(NAME)
 
 
@@ -150,7 +187,7 @@ def test_a_download_of_another_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
     monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
     monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: (SHIPPED / "config.json").as_uri())
+    serve_from(monkeypatch, lambda filename: (SHIPPED / "config.json").as_uri())
     with pytest.raises(ValueError, match="checksum mismatch"):
         load_book_model(NAME)
 
@@ -159,7 +196,7 @@ def test_offline_without_a_copy_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_checkout_dir", lambda name: tmp_path / "no-clone" / name)
     monkeypatch.delenv("TRANSFORMER_LIB_DATA", raising=False)
     monkeypatch.setenv("TRANSFORMER_LIB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(pretrained, "book_model_url", lambda name, filename: "http://127.0.0.1:9/unreachable")
+    serve_from(monkeypatch, lambda filename: "http://127.0.0.1:9/unreachable")
     with pytest.raises(ConnectionError, match=r"load_book_model: .*could not be downloaded.*offline.*path="):
         load_book_model(NAME)
 
@@ -175,3 +212,109 @@ def test_logits_are_finite_and_the_loss_is_the_recorded_one(shipped):
     provenance = json.loads((SHIPPED / "provenance.json").read_text(encoding="utf-8"))
     loss = evaluate_split(model, val_data, block_size=64)
     assert math.isclose(loss, provenance["whole_validation_loss"], abs_tol=1e-4)
+
+
+# ---------------------------------------------------------------- load_gpt2_tokenizer (chapter 13, no network)
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """A small byte-level BPE, saved under GPT-2's file names by ``gpt2_like_files``."""
+    corpus = "To be, or not to be, that is the question: été, naïve, 東京 and 42 others.\n" * 8
+    return ByteBPETokenizer.train(corpus, 300, special_tokens=[EOT])
+
+
+@pytest.fixture
+def gpt2_like_files(tok, tmp_path, monkeypatch):
+    """Our tokenizer's files under GPT-2's file names, no data override, a cache that must stay unused."""
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    vocab_path, merges_path = tok.save(tmp_path / "tmp")
+    directory = tmp_path / "gpt2"
+    directory.mkdir()
+    (directory / "gpt2-vocab.json").write_bytes(vocab_path.read_bytes())
+    (directory / "gpt2-merges.txt").write_bytes(merges_path.read_bytes())
+    return directory
+
+
+def test_load_gpt2_tokenizer_from_local_path(tok, gpt2_like_files, monkeypatch):
+    digest = lambda name: hashlib.sha256((gpt2_like_files / name).read_bytes()).hexdigest()
+    for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
+        monkeypatch.setitem(PINNED_FILES, name, PINNED_FILES[name]._replace(sha256=digest(name)))
+    loaded = load_gpt2_tokenizer(gpt2_like_files)
+    assert loaded.merges == tok.merges and dict(loaded.special_tokens) == dict(tok.special_tokens)
+    assert loaded.encode("To be, or not to be: été 42") == tok.encode("To be, or not to be: été 42")
+
+
+def test_load_gpt2_tokenizer_checksum_mismatch(gpt2_like_files):
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_gpt2_tokenizer(gpt2_like_files)
+
+
+def test_load_gpt2_tokenizer_path_errors(gpt2_like_files, tmp_path):
+    with pytest.raises(NotADirectoryError, match="load_gpt2_tokenizer: path"):
+        load_gpt2_tokenizer(gpt2_like_files / "gpt2-vocab.json")
+    with pytest.raises(FileNotFoundError, match="load_gpt2_tokenizer: path"):
+        load_gpt2_tokenizer(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="gpt2-vocab.json"):
+        load_gpt2_tokenizer(tmp_path / "empty")
+    with pytest.raises(TypeError, match="load_gpt2_tokenizer: path"):
+        load_gpt2_tokenizer(42)
+    (tmp_path / "dirs" / "gpt2-vocab.json").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match="fetch: path points to .*'gpt2-vocab.json' is a directory"):
+        load_gpt2_tokenizer(tmp_path / "dirs")
+    (gpt2_like_files / "gpt2-merges.txt").write_bytes(b"\xff\xfe not UTF-8")
+    with pytest.raises(ValueError, match="fetch: checksum mismatch for .*gpt2-"):  # a wrong file never gets parsed
+        load_gpt2_tokenizer(gpt2_like_files)
+
+
+
+def test_gpt2_tokenizer_pins():
+    assert GPT2_END_OF_TEXT == EOT
+    vocab, merges = PINNED_FILES["gpt2-vocab.json"], PINNED_FILES["gpt2-merges.txt"]
+    assert vocab.url.endswith("/vocab.json") and merges.url.endswith("/merges.txt")
+    assert vocab.revision == merges.revision == GPT2_REVISION  # the revision of the weights
+
+
+# ---------------------------------------------------------------- tokenizer.json and SmolLM2 (chapter 17)
+def test_tokenizer_json_against_tokenizers(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    corpus = ["the quick brown fox jumps over the lazy dog " * 20, " ".join(str(n) for n in range(0, 5000, 3))]
+    text = "The  fox 2024 jumped  12 times,\n\n  over 7 dogs — été 3.14 <|endoftext|> end"
+    for digits in (False, True):
+        tok = Tokenizer(models.BPE())
+        bl = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bl]) if digits else bl
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                            show_progress=False))
+        path = tmp_path / f"tokenizer{digits}.json"
+        tok.save(str(path))
+        ours = load_tokenizer_json(path)
+        assert ours.encode(text, allowed_special="all") == tok.encode(text, add_special_tokens=False).ids
+        assert (ours.pattern == DIGITS_SPLIT_PATTERN) == digits
+
+
+def test_tokenizer_json_refusals(tmp_path):
+    base = {"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
+    for change, field in (({"normalizer": {"type": "NFC"}}, "normalizer"),
+                          ({"model": {**base["model"], "byte_fallback": True}}, "byte_fallback"),
+                          ({"model": {**base["model"], "ignore_merges": True}}, "ignore_merges"),
+                          ({"pre_tokenizer": {"type": "Metaspace"}}, "pre_tokenizer")):
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps({**base, **change}))
+        with pytest.raises(ValueError, match=field):
+            load_tokenizer_json(path)
+
+
+def test_smollm2_pins_are_digests():
+    assert set(SMOLLM2_FILES) == {"config.json", "tokenizer.json", "model.safetensors"}
+    pins = [PINNED_FILES[f"models/SmolLM2-135M/{name}"] for name in SMOLLM2_FILES]
+    assert all(len(p.sha256) == 64 and int(p.sha256, 16) >= 0 for p in pins)
+    assert all(p.url.startswith(f"https://huggingface.co/{SMOLLM2_REPO}/") and p.revision == SMOLLM2_REVISION
+               for p in pins)
+

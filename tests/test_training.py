@@ -1,46 +1,26 @@
-"""Unit tests for transformer_lib.training (chapter 9), against PyTorch's loss, optimizer and clipping."""
+"""Unit tests for transformer_lib.training (chapter 9): the loss against PyTorch's, estimate_loss, and train
+(resumption, early stop, data parallelism, Chapter 21's Muon, WSD schedule and time budget)."""
 
 import copy
 import dataclasses
-import io
 import json
 import math
 import socket
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import transformer_lib
-from transformer_lib.config import GPTConfig
-from transformer_lib.data import get_batch
+from transformer_lib.checkpoint import load_checkpoint, save_checkpoint
+from transformer_lib.config import MAX_STEPS, GPTConfig, TrainConfig
 from transformer_lib.gpt import GPT
-from transformer_lib.training import (
-    CHECKPOINT_FILE,
-    CHECKPOINT_FORMAT,
-    MAX_BATCH_SIZE,
-    MAX_STEPS,
-    METRICS_FILE,
-    TRAIN_PRESETS,
-    AdamW,
-    TrainConfig,
-    clip_grad_norm_,
-    cosine_lr,
-    cross_entropy,
-    estimate_loss,
-    fused_adamw,
-    inverse_sqrt_lr,
-    load_checkpoint,
-    save_checkpoint,
-    train,
-    weight_decay_groups,
-)
-from transformer_lib.training import _eval_seed
-from transformer_lib.utils import state_sha256, tensor_sha256
+from transformer_lib.optim import AdamW, weight_decay_groups
+from transformer_lib.rundir import CHECKPOINT_FILE, METRICS_FILE
+from transformer_lib.training import _eval_seed, cross_entropy, estimate_loss, train
 
 # float32: a loss of a few nats has an ulp of 4.8e-7; float64: a few ulp at most.
 ATOL = {torch.float32: 2e-6, torch.float64: 1e-12}
@@ -115,505 +95,17 @@ def test_cross_entropy_refuses_a_mean_over_nothing(ignore_index):
         cross_entropy(torch.randn(2, 3, 5), targets, ignore_index=ignore_index)
 
 
-# ---------------------------------------------------------------- AdamW
-def _pair(dtype):
-    torch.manual_seed(0)
-    a = nn.Sequential(nn.Linear(6, 10), nn.LayerNorm(10), nn.Tanh(), nn.Linear(10, 4)).to(dtype)
-    return a, copy.deepcopy(a)
-
-
-def _groups(m):
-    return [{"params": [m[0].weight, m[3].weight], "weight_decay": 0.2},
-            {"params": [m[0].bias, m[1].weight, m[1].bias, m[3].bias], "weight_decay": 0.0, "lr": 5e-3}]
-
-
-def _steps(models_opts, dtype, n, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(n):
-        x, y = torch.randn(16, 6, generator=g, dtype=dtype), torch.randint(0, 4, (16,), generator=g)
-        for model, opt in models_opts:
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
-
-
-@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
-def test_adamw_matches_torch(dtype, atol):
-    a, b = _pair(dtype)
-    ours = AdamW(_groups(a), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
-    ref = torch.optim.AdamW(_groups(b), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
-    _steps([(a, ours), (b, ref)], dtype, 20)
-    for p, q in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(p, q, atol=atol, rtol=0)
-    st = ours.state[a[0].weight]
-    assert int(st["step"]) == 20 and set(st) == {"step", "exp_avg", "exp_avg_sq"}
-
-
-def test_adamw_state_dict_round_trip():
-    a, b = _pair(torch.float64)
-    opt_a = AdamW(_groups(a), lr=1e-2)
-    _steps([(a, opt_a)], torch.float64, 5)
-    b.load_state_dict(a.state_dict())
-    opt_b = AdamW(_groups(b), lr=1e-2)
-    buf = io.BytesIO()  # through bytes, as a checkpoint would (a live state_dict shares its tensors)
-    torch.save(opt_a.state_dict(), buf)
-    buf.seek(0)
-    opt_b.load_state_dict(torch.load(buf, weights_only=True))
-    _steps([(a, opt_a), (b, opt_b)], torch.float64, 5, seed=9)
-    for p, q in zip(a.parameters(), b.parameters()):
-        assert torch.equal(p, q)
-
-
-def test_adamw_errors():
-    p = [nn.Parameter(torch.zeros(2))]
-    with pytest.raises(ValueError, match="AdamW: lr"):
-        AdamW(p, lr=-1.0)
-    with pytest.raises(ValueError, match="betas"):
-        AdamW(p, betas=(0.9, 1.0))
-    with pytest.raises(ValueError, match="betas"):
-        AdamW(p, betas=(0.9,))
-    with pytest.raises(ValueError, match="weight_decay"):
-        AdamW(p, weight_decay=-0.1)
-    with pytest.raises(TypeError, match="eps"):
-        AdamW(p, eps="small")
-
-
-@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
-def test_fused_adamw_matches_ours(dtype, atol):
-    a, b = _pair(dtype)
-    ours = AdamW(_groups(a), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
-    fused = fused_adamw(_groups(b), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
-    assert isinstance(fused, torch.optim.AdamW) and fused.defaults["fused"]  # this PyTorch has the CPU kernel
-    _steps([(a, ours), (b, fused)], dtype, 20)
-    for p, q in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(p, q, atol=atol, rtol=0)
-
-
-def test_fused_adamw_state_dict_loads_into_ours_and_back():
-    a, b = _pair(torch.float64)
-    fused = fused_adamw(_groups(a), lr=1e-2)
-    _steps([(a, fused)], torch.float64, 5)
-    b.load_state_dict(a.state_dict())
-    ours = AdamW(_groups(b), lr=1e-2)
-    ours.load_state_dict(copy.deepcopy(fused.state_dict()))  # a live state_dict shares its tensors
-    _steps([(a, fused), (b, ours)], torch.float64, 5, seed=9)
-    for p, q in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(p, q, atol=1e-12, rtol=0)
-    again = fused_adamw(_groups(a), lr=1e-2)
-    again.load_state_dict(copy.deepcopy(ours.state_dict()))
-    assert int(again.state_dict()["state"][0]["step"]) == 10
-
-
-def test_fused_adamw_falls_back_to_ours(monkeypatch):
-    class NoFused(torch.optim.AdamW):
-        def __init__(self, *args, fused=None, **kwargs):
-            if fused:
-                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(torch.optim, "AdamW", NoFused)
-    groups = _groups(_pair(torch.float32)[0])
-    opt = fused_adamw(groups, lr=1e-2, weight_decay=0.3)
-    assert type(opt) is AdamW
-    assert [g["weight_decay"] for g in opt.param_groups] == [0.2, 0.0] and opt.param_groups[1]["lr"] == 5e-3
-    assert "lr" not in groups[0]  # the caller's group dicts are not filled in
-
-
-def test_fused_adamw_errors():
-    p = [nn.Parameter(torch.zeros(2))]
-    with pytest.raises(ValueError, match="lr"):
-        fused_adamw(p, lr=-1.0)
-    with pytest.raises(ValueError, match="betas"):
-        fused_adamw(p, betas=(0.9, 1.5))
-
-
-# ---------------------------------------------------------------- weight_decay_groups
-def test_weight_decay_groups_tied_once_and_no_decay_for_vectors(tiny_model):
-    model = tiny_model
-    decay, other = weight_decay_groups(model, 0.1)
-    assert decay["weight_decay"] == 0.1 and other["weight_decay"] == 0.0
-    ids = [id(p) for grp in (decay, other) for p in grp["params"]]
-    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
-    assert sum(p is model.wte.weight for p in decay["params"]) == 1
-    assert any(p is model.ln_f.weight for p in other["params"])
-    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in other["params"])
-
-
-def test_weight_decay_groups_errors():
-    with pytest.raises(TypeError, match="model"):
-        weight_decay_groups([nn.Parameter(torch.zeros(2))], 0.1)
-    with pytest.raises(ValueError, match="weight_decay"):
-        weight_decay_groups(nn.Linear(2, 2), -1.0)
-
-
-# ---------------------------------------------------------------- schedules
-def test_inverse_sqrt_lr():
-    assert inverse_sqrt_lr(4000, d_model=512, warmup_steps=4000) == pytest.approx((512 * 4000) ** -0.5, rel=1e-12)
-    assert inverse_sqrt_lr(1, d_model=512, warmup_steps=4000) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
-    assert inverse_sqrt_lr(16000, d_model=512, warmup_steps=4000, scale=2.0) == pytest.approx(
-        2 * 512**-0.5 / 16000**0.5, rel=1e-12)
-    with pytest.raises(ValueError, match="step"):
-        inverse_sqrt_lr(0, d_model=512, warmup_steps=4000)
-    with pytest.raises(TypeError, match="d_model"):
-        inverse_sqrt_lr(1, d_model=512.0, warmup_steps=4000)
-    with pytest.raises(ValueError, match="scale"):
-        inverse_sqrt_lr(1, d_model=512, warmup_steps=4000, scale=0.0)
-
-
-def test_cosine_lr():
-    kw = dict(max_lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
-    assert cosine_lr(0, **kw) == pytest.approx(1e-3 / 11, rel=1e-12)
-    lrs = [cosine_lr(s, **kw) for s in range(10)]
-    assert all(a < b for a, b in zip(lrs, lrs[1:]))  # warm-up increases
-    assert cosine_lr(10, **kw) == 1e-3
-    assert cosine_lr(60, **kw) == pytest.approx(5.5e-4, rel=1e-12)
-    assert cosine_lr(110, **kw) == 1e-4 and cosine_lr(1000, **kw) == 1e-4
-    with pytest.raises(ValueError, match="min_lr must be <= max_lr"):
-        cosine_lr(0, max_lr=1e-4, min_lr=1e-3, warmup_steps=1, max_steps=10)
-    with pytest.raises(ValueError, match="max_steps must be > warmup_steps"):
-        cosine_lr(0, max_lr=1e-3, min_lr=0.0, warmup_steps=10, max_steps=10)
-    with pytest.raises(ValueError, match="step"):
-        cosine_lr(-1, **kw)
-    with pytest.raises(ValueError, match="max_lr"):
-        cosine_lr(0, max_lr=0.0, min_lr=0.0, warmup_steps=1, max_steps=10)
-
-
-# ---------------------------------------------------------------- clip_grad_norm_
-@pytest.mark.parametrize("max_norm", [0.1, 1e4])
-def test_clip_grad_norm_matches_torch(max_norm):
-    a, b = GPT(TINY), GPT(TINY)
-    b.load_state_dict(a.state_dict())
-    x, y = get_batch(DATA, 16, 3, generator=torch.Generator().manual_seed(0))
-    for m in (a, b):
-        m(x, y)[1].backward()
-    n_ours = clip_grad_norm_(a.parameters(), max_norm)
-    n_ref = torch.nn.utils.clip_grad_norm_(b.parameters(), max_norm)
-    torch.testing.assert_close(n_ours, n_ref, atol=1e-6, rtol=0)
-    for p, q in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=0)
-    after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a.parameters()]))
-    assert after.item() <= max(max_norm, n_ref.item()) * (1 + 1e-5)
-
-
-def test_clip_grad_norm_errors():
-    with pytest.raises(ValueError, match="max_norm"):
-        clip_grad_norm_([nn.Parameter(torch.zeros(2))], 0.0)
-    with pytest.raises(TypeError, match="max_norm"):
-        clip_grad_norm_([nn.Parameter(torch.zeros(2))], None)
-
-
-def test_clip_grad_norm_single_tensor_and_no_grads():
-    p = nn.Parameter(torch.zeros(4))
-    assert clip_grad_norm_(p, 1.0).item() == 0.0  # no gradient yet
-    p.grad = torch.full((4,), 2.0)  # norm 4
-    torch.testing.assert_close(clip_grad_norm_(p, 1.0), torch.tensor(4.0))
-    torch.testing.assert_close(p.grad, torch.full((4,), 0.5), atol=1e-6, rtol=0)
-
-
-# ---------------------------------------------------------------- TrainConfig
-@pytest.mark.parametrize("kw,exc,match", [
-    (dict(max_steps=0), ValueError, "max_steps"),
-    (dict(batch_size=2.5), TypeError, "batch_size"),
-    (dict(eval_iters=True), TypeError, "eval_iters"),
-    (dict(seed=-1), ValueError, "seed"),
-    (dict(lr=0.0), ValueError, "lr"),
-    (dict(lr=float("nan")), ValueError, "lr"),
-    (dict(min_lr=1.0), ValueError, "min_lr must be <= lr"),
-    (dict(warmup_steps=3000), ValueError, "warmup_steps must be < max_steps"),
-    (dict(betas=(0.9,)), ValueError, "betas"),
-    (dict(betas=(0.9, 1.2)), ValueError, "betas"),
-    (dict(grad_clip=-1.0), ValueError, "grad_clip"),
-    (dict(device=0), TypeError, "device"),
-    (dict(device="gpu7"), ValueError, "device"),
-    (dict(device="meta"), ValueError, "device must hold data"),
-    (dict(precision="float16"), ValueError, "precision"),
-    (dict(seed=2**63), ValueError, r"seed must be an int in \[0, 9223372036854775807\]"),
-    (dict(seed=10**30), ValueError, "seed"),
-    (dict(max_steps=MAX_STEPS + 1), ValueError, "max_steps"),
-    (dict(max_steps=10**30, warmup_steps=5), ValueError, "max_steps"),
-    (dict(batch_size=MAX_BATCH_SIZE + 1), ValueError, "batch_size"),
-    (dict(eval_iters=10**12), ValueError, "eval_iters"),
-    (dict(eval_interval=10**12), ValueError, "eval_interval"),
-])
-def test_train_config_validation(kw, exc, match):
-    with pytest.raises(exc, match=f"TrainConfig: .*{match}"):
-        TrainConfig(**kw)
-
-
-def test_train_config_dict_and_json_round_trip(tmp_path):
-    c = TrainConfig(betas=[0.8, 0.9], device=torch.device("cpu"))
-    assert c.betas == (0.8, 0.9) and c.device == "cpu"  # normalised: a tuple and a str
-    assert TrainConfig.from_dict(c.to_dict()) == c
-    c.to_json(tmp_path / "train.json")
-    assert TrainConfig.from_json(tmp_path / "train.json") == c
-    with pytest.raises(ValueError, match="unknown keys.*learning_rate"):
-        TrainConfig.from_dict({"learning_rate": 1e-3})
-
-
-def test_train_config_is_frozen():
-    c = TrainConfig()
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        c.lr = 1.0
-    assert dataclasses.replace(c, lr=2e-3).lr == 2e-3 and c.lr == 1e-3
-    with pytest.raises(ValueError, match="min_lr"):  # a variant is validated like a new config
-        dataclasses.replace(c, min_lr=1.0)
-    assert hash(c) == hash(TrainConfig())
-
-
-def test_train_config_presets():
-    baby = TrainConfig.from_preset("shakespeare-baby")
-    # Chapter 10's CPU recipe, the command line's defaults
-    assert (baby.batch_size, baby.lr, baby.min_lr, baby.warmup_steps) == (12, 4e-3, 4e-5, 50)
-    assert (baby.betas, baby.weight_decay, baby.grad_clip, baby.seed) == ((0.9, 0.99), 0.1, 1.0, 1337)
-    assert baby.checkpoint_interval == baby.eval_interval == 250
-    char = TrainConfig.from_preset("shakespeare-char", max_steps=1000)  # nanoGPT's GPU recipe
-    assert (char.max_steps, char.batch_size, char.lr, char.min_lr, char.warmup_steps) == (1000, 64, 1e-3, 1e-4, 100)
-    for name, fields in TRAIN_PRESETS.items():
-        assert TrainConfig.from_preset(name).to_dict() == {**TrainConfig().to_dict(), **fields}
-
-
-def test_train_config_preset_errors():
-    with pytest.raises(ValueError, match="name.*shakespeare-baby"):  # the message lists the presets
-        TrainConfig.from_preset("shakespeare")
-    with pytest.raises(ValueError, match="unknown keys.*max_step"):
-        TrainConfig.from_preset("shakespeare-baby", max_step=10)
-    with pytest.raises(ValueError, match="warmup_steps must be < max_steps"):
-        TrainConfig.from_preset("shakespeare-baby", max_steps=50)
 
 
 def test_curated_top_level():
-    for name in ("TrainConfig", "train", "estimate_loss", "save_checkpoint", "load_checkpoint", "cosine_lr"):
-        assert getattr(transformer_lib, name) is getattr(transformer_lib.training, name)
+    for module, names in ((transformer_lib.training, ("train", "estimate_loss")), (transformer_lib.config, ("TrainConfig",)),
+                          (transformer_lib.checkpoint, ("save_checkpoint", "load_checkpoint")),
+                          (transformer_lib.optim, ("cosine_lr",))):
+        for name in names:
+            assert getattr(transformer_lib, name) is getattr(module, name)
     for name in ("AdamW", "cross_entropy", "clip_grad_norm_"):  # teaching versions: module only
         assert not hasattr(transformer_lib, name)
 
-
-# ---------------------------------------------------------------- checkpoints
-def _save(path, step=3, metrics=None):
-    model = GPT(TINY)
-    opt = AdamW(weight_decay_groups(model, 0.1))
-    save_checkpoint(path, model=model, optimizer=opt, step=step, model_config=TINY,
-                    train_config=small_config(), generator=torch.Generator().manual_seed(5), metrics=metrics)
-    return model, opt
-
-
-def test_checkpoint_round_trip(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    model, _ = _save(path, metrics={"history": [{"step": 0, "loss": 4.0, "lr": 1e-4}]})
-    other = GPT(TINY)
-    g = torch.Generator()
-    ckpt = load_checkpoint(path, model=other, optimizer=AdamW(weight_decay_groups(other, 0.1)), generator=g)
-    assert ckpt["format"] == CHECKPOINT_FORMAT and ckpt["step"] == 3
-    assert GPTConfig.from_dict(ckpt["model_config"]) == TINY
-    assert TrainConfig.from_dict(ckpt["train_config"]) == small_config()
-    assert ckpt["metrics"]["history"][0]["loss"] == 4.0
-    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), other.state_dict().values()))
-    assert torch.equal(g.get_state(), torch.Generator().manual_seed(5).get_state())
-
-
-def test_checkpoint_restores_global_rng(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    torch.manual_seed(42)
-    _save(path)
-    expected = torch.rand(3)
-    torch.manual_seed(7)
-    load_checkpoint(path, generator=torch.Generator())
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    path = tmp_path / "ckpt.pt"
-    _save(path, step=1)
-    before = path.read_bytes()
-
-    def failing_save(obj, f, *a, **k):
-        f.write(b"partial")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(torch, "save", failing_save)
-    with pytest.raises(OSError, match="disk full"):
-        _save(path, step=2)
-    monkeypatch.undo()
-    assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
-    assert load_checkpoint(path)["step"] == 1
-
-
-def test_checkpoint_rejects_corrupt_file(tmp_path):
-    path = tmp_path / "bad.pt"
-    path.write_bytes(bytes(range(256)) * 3)
-    with pytest.raises(ValueError, match="bad.pt is not a transformer_lib checkpoint or corrupt"):
-        load_checkpoint(path)
-    path.write_bytes(b"")
-    with pytest.raises(ValueError, match="bad.pt is empty"):
-        load_checkpoint(path)
-
-
-def test_checkpoint_records_its_checksums(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    model, _ = _save(path)
-    raw = torch.load(path, weights_only=True)
-    assert raw["model_sha256"] == {k: tensor_sha256(v) for k, v in model.state_dict().items()}
-    assert raw["sha256"] == state_sha256({k: v for k, v in raw.items() if k != "sha256"})
-
-
-def _resave(path, change):
-    """Load the checkpoint's dict, ``change(d)`` it, and save it with torch.save (no new checksum)."""
-    d = torch.load(path, weights_only=True)
-    change(d)
-    torch.save(d, path)
-
-
-def test_a_changed_weight_is_refused_naming_the_file_and_tensor(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    _save(path)
-    _resave(path, lambda d: d["model"]["wpe.weight"].view(torch.int32)[3, 4].bitwise_xor_(1))  # one bit
-    with pytest.raises(ValueError, match=r"ckpt.pt was modified or corrupted after it was written: checksum "
-                                         r"mismatch .*differ from what was written: \['wpe.weight'\]"):
-        load_checkpoint(path)
-
-
-def test_a_changed_step_or_metric_is_refused(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    for change in (lambda d: d.update(step=4), lambda d: d["metrics"].update(elapsed=1.0),
-                   lambda d: d["rng"]["python"]["state"].__setitem__(5, 0), lambda d: d.update(extra=1)):
-        _save(path)
-        _resave(path, change)
-        with pytest.raises(ValueError, match="checksum mismatch"):
-            load_checkpoint(path)
-
-
-def test_a_checkpoint_without_checksum_is_refused(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    _save(path)
-    _resave(path, lambda d: d.pop("sha256"))
-    with pytest.raises(ValueError, match="ckpt.pt has no checksum"):
-        load_checkpoint(path)
-
-
-def _resave_valid(path, change):
-    """As _resave, with a new checksum: a file that verifies but whose content is wrong."""
-    d = torch.load(path, weights_only=True)
-    change(d)
-    d.pop("sha256")
-    d["sha256"] = state_sha256(d)
-    torch.save(d, path)
-
-
-@pytest.mark.parametrize("change,match", [
-    (lambda d: d.pop("model"), r"lacks the entries \['model'\]"),
-    (lambda d: d.update(step="3"), "'step' must be an int >= 0, got '3'"),
-    (lambda d: d.update(step=-1), "'step' must be an int >= 0"),
-    (lambda d: d["model"].update({"wpe.weight": [1.0]}), "'model' must map parameter names to tensors"),
-    (lambda d: d.update(optimizer=[]), "'optimizer' must be an optimizer state dict"),
-    (lambda d: d["model_config"].update(n_head=3), "'model_config' is not a valid GPTConfig: .*n_embd"),
-    (lambda d: d["train_config"].pop("lr") and d["train_config"].update(learning_rate=1.0),
-     "'train_config' is not a valid TrainConfig: .*learning_rate"),
-    (lambda d: d["rng"].pop("generator"), "'rng' does not hold valid random states: KeyError"),
-    (lambda d: d["rng"].update(generator=torch.zeros(3, dtype=torch.uint8)), "'rng' does not hold valid random"),
-    (lambda d: d["rng"]["numpy"].update(keys=[1, 2]), "'rng' does not hold valid random states"),
-    (lambda d: d.update(metrics=[]), "'metrics' must be a dict"),
-    (lambda d: d["metrics"].update(history={}), "'metrics' must be a dict, with a list 'history'"),
-])
-def test_invalid_entries_are_refused_naming_the_file_and_key(tmp_path, change, match):
-    path = tmp_path / "ckpt.pt"
-    _save(path, metrics={"history": []})
-    _resave_valid(path, change)
-    torch.manual_seed(3)
-    expected = torch.rand(2)
-    torch.manual_seed(3)
-    with pytest.raises(ValueError, match=f"load_checkpoint: .*ckpt.pt is not a valid checkpoint: .*{match}"):
-        load_checkpoint(path, generator=torch.Generator())
-    assert torch.equal(torch.rand(2), expected)  # the global RNG untouched
-
-
-def test_a_checkpoint_that_does_not_fit_changes_nothing(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    _save(path)
-    other = GPT(GPTConfig.from_preset("tiny", n_embd=16))
-    opt = AdamW(weight_decay_groups(other, 0.1))
-    before = {k: v.clone() for k, v in other.state_dict().items()}
-    with pytest.raises(ValueError, match=r"model state in .*ckpt.pt does not fit the model: .*'wpe.weight': "
-                                         r"\(\(16, 32\), \(16, 16\)\)"):
-        load_checkpoint(path, model=other, optimizer=opt)
-    assert all(torch.equal(before[k], v) for k, v in other.state_dict().items())
-    fewer = GPT(GPTConfig.from_preset("tiny", n_layer=1))
-    with pytest.raises(ValueError, match=r"missing \[\], unexpected \[.*'blocks.1.attn"):
-        load_checkpoint(path, model=fewer)
-    same = GPT(TINY)
-    with pytest.raises(ValueError, match="optimizer state in .*ckpt.pt does not fit the optimizer"):
-        load_checkpoint(path, model=same, optimizer=AdamW(same.parameters()))  # one group, not two
-
-
-def test_save_checkpoint_turns_numpy_scalars_into_numbers(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    _save(path, metrics={"loss": np.float32(1.5), "n": np.int64(3), "t": torch.tensor(2.0),
-                         "history": [{"ok": np.bool_(True)}], "pair": (np.float64(0.5), "a")})
-    m = load_checkpoint(path)["metrics"]
-    assert m == {"loss": 1.5, "n": 3, "t": 2.0, "history": [{"ok": True}], "pair": (0.5, "a")}
-    assert [type(m[k]) for k in ("loss", "n", "t")] == [float, int, float]
-
-
-@pytest.mark.parametrize("metrics,where", [
-    ({"curve": np.zeros(3)}, r"metrics\['curve'\]"),
-    ({"history": [{"loss": torch.ones(2)}]}, r"metrics\['history'\]\[0\]\['loss'\]"),
-    ({"by_step": {1: 2.0}}, r"metrics\['by_step'\]"),
-    ({"f": print}, r"metrics\['f'\]"),
-])
-def test_save_checkpoint_refuses_metrics_it_could_not_read_back(tmp_path, metrics, where):
-    with pytest.raises(TypeError, match=f"save_checkpoint: {where} must be a plain value"):
-        _save(tmp_path / "ckpt.pt", metrics=metrics)
-    assert not list(tmp_path.iterdir())
-
-
-def test_checkpoint_rejects_foreign_files(tmp_path):
-    path = tmp_path / "w.pt"
-    torch.save(GPT(TINY).state_dict(), path)
-    with pytest.raises(ValueError, match="found no format marker"):
-        load_checkpoint(path)
-    torch.save({"format": "other/1"}, path)
-    with pytest.raises(ValueError, match="found format 'other/1'"):
-        load_checkpoint(path)
-    with pytest.raises(FileNotFoundError, match="load_checkpoint: path.*missing.pt"):
-        load_checkpoint(tmp_path / "missing.pt")
-    with pytest.raises(IsADirectoryError, match="path"):
-        load_checkpoint(tmp_path)
-
-
-class _Payload:
-    """A custom class: weights_only loading must refuse to construct it."""
-
-
-def test_checkpoint_weights_only_refuses_objects(tmp_path):
-    path = tmp_path / "evil.pt"
-    torch.save({"format": CHECKPOINT_FORMAT, "payload": _Payload()}, path)
-    with pytest.raises(ValueError, match="objects other than tensors"):
-        load_checkpoint(path)
-
-
-def test_save_checkpoint_errors(tmp_path, tiny_model, tiny_config):
-    kw = dict(model=tiny_model, optimizer=AdamW(tiny_model.parameters()), step=0, model_config=tiny_config,
-              train_config=small_config(), generator=torch.Generator())
-    for name, bad, exc in [("train_config", {}, TypeError), ("model_config", tiny_config.to_dict(), TypeError),
-                           ("generator", None, TypeError), ("metrics", [1], TypeError),
-                           ("step", -1, ValueError), ("step", 1.0, TypeError)]:
-        with pytest.raises(exc, match=f"save_checkpoint: {name}"):
-            save_checkpoint(tmp_path / "c.pt", **{**kw, name: bad})
-    with pytest.raises(TypeError, match="save_checkpoint: path"):
-        save_checkpoint(None, **kw)
-    with pytest.raises(FileNotFoundError, match="save_checkpoint: path: no such directory: .*missing"):
-        save_checkpoint(tmp_path / "missing" / "c.pt", **kw)  # the folder is named, not a temporary file
-    with pytest.raises(IsADirectoryError, match="save_checkpoint: path must be a file"):
-        save_checkpoint(tmp_path, **kw)
-    assert not list(tmp_path.iterdir())  # nothing written
-
-
-def test_load_checkpoint_argument_errors(tmp_path):
-    _save(tmp_path / "ckpt.pt")
-    with pytest.raises(TypeError, match="load_checkpoint: generator"):
-        load_checkpoint(tmp_path / "ckpt.pt", generator=1337)
-    with pytest.raises(TypeError, match="load_checkpoint: model"):
-        load_checkpoint(tmp_path / "ckpt.pt", model={})
 
 
 # ---------------------------------------------------------------- training
@@ -815,6 +307,20 @@ def test_out_dir_that_is_a_file_is_refused(tmp_path, tiny_model):
         train(tiny_model, DATA, DATA, small_config(), out_dir=tmp_path / "f" / "run", progress=False)
 
 
+def _save(path):
+    """A checkpoint of a fresh tiny GPT at step 3, as train writes them."""
+    model = GPT(TINY)
+    save_checkpoint(path, model=model, optimizer=AdamW(weight_decay_groups(model, 0.1)), step=3, model_config=TINY,
+                    train_config=small_config(), generator=torch.Generator().manual_seed(5))
+
+
+def _resave(path, change):
+    """Load the checkpoint's dict, ``change(d)`` it, and save it with torch.save (no new checksum)."""
+    d = torch.load(path, weights_only=True)
+    change(d)
+    torch.save(d, path)
+
+
 def test_resume_from_a_corrupt_checkpoint_changes_nothing(tmp_path, tiny_model):
     _save(tmp_path / CHECKPOINT_FILE)
     _resave(tmp_path / CHECKPOINT_FILE, lambda d: d["model"]["wte.weight"].add_(1.0))
@@ -873,9 +379,9 @@ DDP_WORKER = '''
 import sys
 import torch
 import torch.distributed as dist
-from transformer_lib.config import GPTConfig
+from transformer_lib.config import GPTConfig, TrainConfig
 from transformer_lib.gpt import GPT
-from transformer_lib.training import TrainConfig, train
+from transformer_lib.training import train
 
 dist.init_process_group("gloo")
 data = (torch.arange(3000) * 7 + torch.arange(3000) // 13) % 65
@@ -924,40 +430,6 @@ def test_ddp_two_processes_match_one_process_with_the_global_batch(tmp_path):
 
 
 # ---------------------------------------------------------------- Chapter 21: Muon, the WSD schedule, a time budget
-
-@pytest.mark.parametrize("kw,exc,match", [
-    (dict(optimizer="sgd"), ValueError, "optimizer must be one of 'adamw', 'muon'"),
-    (dict(optimizer=None), ValueError, "optimizer"),
-    (dict(muon_lr=0.0), ValueError, "muon_lr"),
-    (dict(muon_lr=-0.02), ValueError, "muon_lr"),
-    (dict(muon_lr=float("nan")), ValueError, "muon_lr"),
-    (dict(muon_lr="0.02"), TypeError, "muon_lr"),
-    (dict(schedule="linear"), ValueError, "schedule must be one of 'cosine', 'wsd'"),
-    (dict(decay_frac=0.0), ValueError, "decay_frac"),
-    (dict(decay_frac=1.5), ValueError, "decay_frac"),
-    (dict(decay_frac=True), TypeError, "decay_frac"),
-    (dict(time_budget=-1.0), ValueError, "time_budget"),
-    (dict(time_budget=float("nan")), ValueError, "time_budget"),
-    (dict(time_budget=float("inf")), ValueError, "time_budget"),
-    (dict(time_budget="60"), TypeError, "time_budget"),
-])
-def test_train_config_validation_of_the_speedrun_fields(kw, exc, match):
-    with pytest.raises(exc, match=f"TrainConfig: {match}"):
-        TrainConfig(**kw)
-
-
-def test_train_config_speedrun_fields_defaults_and_round_trip(tmp_path):
-    c = TrainConfig()
-    assert (c.optimizer, c.schedule, c.time_budget) == ("adamw", "cosine", 0.0)  # Chapter 9's recipe
-    assert 0 < c.decay_frac <= 1 and c.muon_lr > 0
-    d = TrainConfig(optimizer="muon", muon_lr=0.02, schedule="wsd", decay_frac=1, time_budget=30)
-    assert type(d.decay_frac) is float and type(d.time_budget) is float  # ints are normalised
-    d.to_json(tmp_path / "train.json")
-    assert TrainConfig.from_json(tmp_path / "train.json") == d
-    speedrun = TrainConfig.from_preset("speedrun")
-    assert speedrun.optimizer == "muon" and speedrun.time_budget > 0  # a time-budget recipe with Muon
-
-
 def _wsd(step, c):
     """The warm-up, stable, decay schedule of a step-based run, written out."""
     if step < c.warmup_steps:
@@ -1054,6 +526,8 @@ def test_time_budget_stops_the_run_and_decays_the_learning_rate(tmp_path):
     assert checkpoint["step"] == steps
     assert checkpoint["metrics"]["train_time"] == last["train_time"] >= budget
     lrs = [h["lr"] for h in history]
-    assert max(lrs) == 2e-3 and lrs[2] == 2e-3  # the peak, right after the warm-up
+    assert lrs[:2] == [2e-3 / 3, 2e-3 * 2 / 3]  # the warm-up counts steps, not seconds
+    # after it, the peak until half the budget is spent: how many steps that is depends on the machine's load
+    assert max(lrs[2:]) <= 2e-3
     assert lrs[2:] == sorted(lrs[2:], reverse=True)  # the spent fraction only grows
     assert lrs[-1] < 2e-3 * 0.5  # the decay over the last half of the budget was well under way

@@ -11,8 +11,9 @@ The chapters (`book/NN_name.md`, jupytext MyST notebooks) are the source of trut
 - Public names (top level, no leading underscore) become the module's `__all__`.
 - Each module's docstring says what it holds: a line `#| module_doc <sentence>` in a code cell of
   the chapter (by convention its setup cell, next to `#| default_exp`) describes the chapter's
-  default module; otherwise the module's first exported cell opens with a docstring. One of the
-  two is required. A list of the chapters the module comes from follows.
+  default module, and an exported cell that opens with a docstring says what it adds; the
+  module's docstring joins these in reading order (at least one is required, and a module's
+  first cell does not have both). A list of the chapters the module comes from follows.
 - Imports: the imports a cell opens with (after its docstring) are gathered, from every cell of the
   module, into one import block at the top, merged and sorted as isort does (standard library,
   third party, `transformer_lib`; `import x` before `from x import y`; the names of one `from`
@@ -949,19 +950,18 @@ class Module:
         """The module's code before patches, and the imports its own cells bring."""
         where = f"transformer_lib/{self.name}.py"
         first = self.parts[0][1]
-        for ch, cell in self.parts[1:]:
-            if cell.docstring is not None:
-                raise ExportError(f"{cell.where}: a docstring opens a cell exported to `{self.name}`, whose first "
-                                  "cell is another; only the first cell's opening docstring describes the module")
         docs = [ch.module_doc for ch in dict.fromkeys(ch for ch, _ in self.parts)
                 if ch.module_doc and ch.module == self.name]
         if first.docstring and docs:
             raise ExportError(f"{where}: described twice, by `#| module_doc` and by its first cell's docstring")
-        self.doc = first.docstring or ("\n".join(textwrap.wrap(docs[0], DOC_WIDTH)) if docs else None)
-        if not self.doc:
+        # what each cell adds, said by the docstring it opens with, joins in reading order
+        summaries = ["\n".join(textwrap.wrap(d, DOC_WIDTH)) for d in docs[:1]]
+        summaries += [cell.docstring for _, cell in self.parts if cell.docstring]
+        if not summaries:
             raise ExportError(
                 f"{where}: no docstring; say what the module holds with a line `#| module_doc <sentence>` in "
-                f"a code cell of {rel(self.parts[0][0].path)}, or open its first exported cell with a docstring")
+                f"a code cell of {rel(self.parts[0][0].path)}, or open an exported cell with a docstring")
+        self.doc = "\n\n".join(summaries)
         self.body = ModuleText(self.name, "\n\n\n".join(cell.code for _, cell in self.parts if cell.code))
         for _, cell in self.parts:
             if cell.patches:  # a cell that also patches other modules brings only what its own code uses
@@ -1009,6 +1009,46 @@ class Module:
                         f"and {node.lineno} of its code); a later chapter that means to replace it marks the new "
                         f"one `@replaces({node.name})` (a method: `@add_to_class(Cls, replace=True)`)")
                 seen[node.name] = node.lineno
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    """isort's order of imported names: CONSTANTS, then Classes, then functions and modules."""
+    kind = 0 if name.isupper() else 1 if name[:1].isupper() else 2
+    return kind, name.lower()
+
+
+def import_block(nodes: list[ast.stmt], width: int = 120) -> str:
+    """The import statements ``nodes`` merged (one statement per module) and sorted into three groups."""
+    plain: dict[str, set[str]] = {}
+    froms: dict[str, set[str]] = {}
+    for node in nodes:
+        for a in node.names:
+            name = a.name + (f" as {a.asname}" if a.asname else "")
+            if isinstance(node, ast.ImportFrom):
+                froms.setdefault(node.module or "", set()).add(name)
+            else:
+                plain.setdefault(a.name, set()).add(name)
+
+    def group(module: str) -> int:
+        top = module.split(".")[0]
+        return 2 if top == PACKAGE.name else 0 if top in sys.stdlib_module_names else 1
+
+    groups: list[list[str]] = [[], [], []]
+    for module in sorted(plain):
+        groups[group(module)] += [f"import {n}" for n in sorted(plain[module])]
+    for module in sorted(froms):
+        names = sorted(froms[module], key=_sort_key)
+        line = f"from {module} import {', '.join(names)}"
+        if len(line) > width:
+            rows, row = [], "   "
+            for n in names:
+                if len(row) + len(n) + 2 > width:
+                    rows.append(row.rstrip())
+                    row = "   "
+                row += f" {n},"
+            line = f"from {module} import (\n" + "\n".join(rows + [row]) + "\n)"
+        groups[group(module)].append(line)
+    return "\n\n".join("\n".join(g) for g in groups if g)
 
 
 def main_source(chapter: Chapter) -> str:

@@ -13,8 +13,8 @@ PyTorch version and number of threads; up to float rounding elsewhere). The ship
 retrained file holds the same tensors under a header in another order, and another SHA-256. The directory receives
 ``model.safetensors`` and ``config.json`` (``GPT.save_pretrained``), ``tokenizer.json``
 (``CharTokenizer.save``) and ``provenance.json`` (how it was made, its whole-validation loss, the
-SHA-256 of the other three files). The script prints the ``BOOK_MODELS`` entry to paste into
-chapter 10 (``book/10_shakespeare.md``), which pins all four files; chapters 12, 14 and 15 load the
+SHA-256 of the other three files). The script prints the digests to paste into chapter 10's entries
+of ``PINNED_FILES`` (``book/10_shakespeare.md``), which pin all four files; chapters 12, 14 and 15 load the
 model with ``transformer_lib.pretrained.load_book_model``.
 """
 
@@ -32,13 +32,13 @@ from pathlib import Path
 import torch
 
 import transformer_lib
-from transformer_lib.config import GPTConfig
-from transformer_lib.data import (
-    TINY_SHAKESPEARE_SHA256, CharTokenizer, load_tiny_shakespeare, sha256sum, train_val_split,
-)
+from transformer_lib.config import GPTConfig, TrainConfig
+from transformer_lib.data import CharTokenizer, load_tiny_shakespeare, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.gpt import GPT
-from transformer_lib.training import METRICS_FILE, TrainConfig, train
+from transformer_lib.hub import PINNED_FILES, sha256sum
+from transformer_lib.rundir import METRICS_FILE
+from transformer_lib.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 INIT_SEED = 0  # torch.manual_seed before GPT(...), as chapter 10 does
@@ -109,7 +109,7 @@ def main() -> None:
         "estimates": [{k: r[k] for k in ("step", "train_loss", "val_loss")} for r in estimates],
         "final_training_batch_loss": history[-1]["loss"],
         "data": "tinyshakespeare.txt: the first 90 % for training, the last 10 % for validation",
-        "data_sha256": TINY_SHAKESPEARE_SHA256,  # load_tiny_shakespeare verified it
+        "data_sha256": PINNED_FILES["tinyshakespeare.txt"].sha256,  # load_tiny_shakespeare verified it
         "machine": machine(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -118,7 +118,7 @@ def main() -> None:
     }
     (out / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
     pins = {**provenance["files_sha256"], "provenance.json": sha256sum(out / "provenance.json")}
-    print(f"wrote {', '.join(pins)} to {out}; paste into BOOK_MODELS (book/10_shakespeare.md):")
+    print(f"wrote {', '.join(pins)} to {out}; paste the digests into PINNED_FILES (book/10_shakespeare.md):")
     print(json.dumps({out.name: pins}, indent=4))
 
 

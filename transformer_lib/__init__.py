@@ -11,11 +11,13 @@ from transformer_lib.utils import (
     eval_mode,
 )
 from transformer_lib.data import (
-    fetch,
     load_tiny_shakespeare,
     CharTokenizer,
     train_val_split,
     get_batch,
+)
+from transformer_lib.hub import (
+    fetch,
 )
 from transformer_lib.multihead import (
     MultiHeadAttention,
@@ -26,24 +28,32 @@ from transformer_lib.block import (
 from transformer_lib.config import (
     GPTConfig,
     GPT_PRESETS,
+    TrainConfig,
     Seq2SeqConfig,
 )
 from transformer_lib.gpt import (
     GPT,
 )
 from transformer_lib.training import (
-    cosine_lr,
-    TrainConfig,
     estimate_loss,
+    train,
+)
+from transformer_lib.optim import (
+    cosine_lr,
+    Muon,
+    split_muon_params,
+    MuonWithAdamW,
+)
+from transformer_lib.checkpoint import (
     save_checkpoint,
     load_checkpoint,
-    train,
 )
 from transformer_lib.evaluate import (
     evaluate_split,
 )
 from transformer_lib.pretrained import (
     load_book_model,
+    load_gpt2_tokenizer,
 )
 from transformer_lib.encoder_decoder import (
     EncoderDecoder,
@@ -58,7 +68,6 @@ from transformer_lib.generation import (
 from transformer_lib.bpe import (
     train_bpe,
     ByteBPETokenizer,
-    load_gpt2_tokenizer,
 )
 from transformer_lib.shipping import (
     export_onnx,
@@ -76,35 +85,34 @@ from transformer_lib.moe import (
 from transformer_lib.flash import (
     flash_attention,
 )
-from transformer_lib.optim import (
-    Muon,
-    split_muon_params,
-    MuonWithAdamW,
-)
 
 __version__ = "0.2.0"
 
 __all__ = [
     "eval_mode",
-    "fetch",
     "load_tiny_shakespeare",
     "CharTokenizer",
     "train_val_split",
     "get_batch",
+    "fetch",
     "MultiHeadAttention",
     "TransformerBlock",
     "GPTConfig",
     "GPT_PRESETS",
+    "TrainConfig",
     "Seq2SeqConfig",
     "GPT",
-    "cosine_lr",
-    "TrainConfig",
     "estimate_loss",
+    "train",
+    "cosine_lr",
+    "Muon",
+    "split_muon_params",
+    "MuonWithAdamW",
     "save_checkpoint",
     "load_checkpoint",
-    "train",
     "evaluate_split",
     "load_book_model",
+    "load_gpt2_tokenizer",
     "EncoderDecoder",
     "greedy_decode",
     "beam_search",
@@ -113,7 +121,6 @@ __all__ = [
     "generate",
     "train_bpe",
     "ByteBPETokenizer",
-    "load_gpt2_tokenizer",
     "export_onnx",
     "OnnxGPT",
     "LlamaConfig",
@@ -122,7 +129,4 @@ __all__ = [
     "load_balancing_loss",
     "moe_from_hf",
     "flash_attention",
-    "Muon",
-    "split_muon_params",
-    "MuonWithAdamW",
 ]

@@ -8,6 +8,7 @@ Exported from the chapter `book/02_attention.md`.
 
 __all__ = [
     "softmax_np",
+    "check_additive_mask",
     "scaled_dot_product_attention_np",
     "causal_mask",
     "padding_mask",
@@ -137,10 +138,10 @@ def _check_attention_args(where: str, q, k, v, attn_mask, is_causal, scale, *, n
             f"got attn_mask.shape={tuple(attn_mask.shape)}"
         )
     if attn_mask.dtype != (np.bool_ if numpy else torch.bool):
-        _check_additive_mask(where, "attn_mask", attn_mask)
+        check_additive_mask(where, "attn_mask", attn_mask)
 
 
-def _check_additive_mask(where: str, name: str, mask) -> None:
+def check_additive_mask(where: str, name: str, mask) -> None:
     """Refuse ``+inf`` and NaN in a floating mask (a NumPy array, or a tensor on the CPU).
 
     A float mask is added to the scores: ``-inf`` forbids an entry, a finite number shifts it,

@@ -17,6 +17,7 @@ __all__ = [
     "gelu",
     "FeedForward",
     "SwiGLU",
+    "activation_name",
     "TransformerBlock",
 ]
 
@@ -27,8 +28,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_like, check_tensor
-from transformer_lib.multihead import MultiHeadAttention, _check_input
+from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
+from transformer_lib.config import ACTIVATIONS
+from transformer_lib.multihead import MultiHeadAttention
 
 
 def _check_norm_args(where: str, x, eps, **affine) -> float:
@@ -116,13 +118,7 @@ class LayerNorm(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("LayerNorm.forward", "x", x, self.weight)
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
@@ -185,13 +181,7 @@ class RMSNorm(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("RMSNorm.forward", "x", x, self.weight)
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
@@ -217,18 +207,6 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate == "tanh":
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-
-def _gelu_tanh(x: Tensor) -> Tensor:
-    return F.gelu(x, approximate="tanh")
-
-
-def _relu2(x: Tensor) -> Tensor:  # ReLU squared (So et al. 2021), measured in Chapter 21
-    return F.relu(x).square()
-
-
-# The activations by name (Chapter 6's configurations check their names against these keys).
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "relu2": _relu2}
 
 
 class FeedForward(nn.Module):
@@ -267,13 +245,13 @@ class FeedForward(nn.Module):
         where = "FeedForward"
         self.d_model = check_int(where, "d_model", d_model, minimum=1)
         self.d_ff = 4 * self.d_model if d_ff is None else check_int(where, "d_ff", d_ff, minimum=1)
-        self.activation = check_choice(where, "activation", activation, _ACTIVATIONS)
+        self.activation = check_choice(where, "activation", activation, ACTIVATIONS)
         bias = check_bool(where, "bias", bias)
         dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
         self.fc1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.fc2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
-        self._act = _ACTIVATIONS[activation]
+        self._act = ACTIVATIONS[activation]
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -286,18 +264,12 @@ class FeedForward(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("FeedForward.forward", "x", x, self.fc1.weight)
         return self.fc2(self.dropout(self._act(self.fc1(x))))
 
 
 class SwiGLU(nn.Module):
-    """The gated feed-forward network of Shazeer (2020), ``w_down(silu(w_gate(x)) * w_up(x))``.
+    """The gated feed-forward network of Shazeer (2020), ``down_proj(silu(gate_proj(x)) * up_proj(x))``.
 
     Args:
         d_model: input and output width C.
@@ -306,9 +278,9 @@ class SwiGLU(nn.Module):
         bias: whether the three projections have biases (LLaMA: no).
 
     Attributes:
-        w_gate: ``nn.Linear(d_model, d_ff)``, whose SiLU is the gate.
-        w_up: ``nn.Linear(d_model, d_ff)``, the gated values.
-        w_down: ``nn.Linear(d_ff, d_model)``, the projection back.
+        gate_proj: ``nn.Linear(d_model, d_ff)``, whose SiLU is the gate.
+        up_proj: ``nn.Linear(d_model, d_ff)``, the gated values.
+        down_proj: ``nn.Linear(d_ff, d_model)``, the projection back.
 
     Raises:
         TypeError: if an argument has the wrong type.
@@ -322,9 +294,9 @@ class SwiGLU(nn.Module):
             d_ff = -(-int(8 * self.d_model / 3) // 8) * 8  # round up to a multiple of 8
         self.d_ff = check_int("SwiGLU", "d_ff", d_ff, minimum=1)
         bias = check_bool("SwiGLU", "bias", bias)
-        self.w_gate = nn.Linear(self.d_model, self.d_ff, bias=bias)
-        self.w_up = nn.Linear(self.d_model, self.d_ff, bias=bias)
-        self.w_down = nn.Linear(self.d_ff, self.d_model, bias=bias)
+        self.gate_proj = nn.Linear(self.d_model, self.d_ff, bias=bias)
+        self.up_proj = nn.Linear(self.d_model, self.d_ff, bias=bias)
+        self.down_proj = nn.Linear(self.d_ff, self.d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the gated MLP to every position.
@@ -334,17 +306,11 @@ class SwiGLU(nn.Module):
 
         Returns:
             (..., C) tensor.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters (a metadata check;
-                any floating dtype under ``torch.autocast``).
-            ValueError: if ``x`` is on another device than the parameters.
         """
-        check_like("SwiGLU.forward", "x", x, self.w_gate.weight)
-        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def _activation_name(where: str, act) -> str:
+def activation_name(where: str, act) -> str:
     """Our name for the activation of a PyTorch layer (a function or a module): relu, gelu or gelu_tanh."""
     if act is F.relu or isinstance(act, nn.ReLU):
         return "relu"
@@ -421,7 +387,7 @@ class TransformerBlock(nn.Module):
         if d_ff is not None:
             check_int(where, "d_ff", d_ff, minimum=1)
         dropout = check_float(where, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
-        check_choice(where, "activation", activation, _ACTIVATIONS)
+        check_choice(where, "activation", activation, ACTIVATIONS)
         self.norm_first = check_bool(where, "norm_first", norm_first)
         check_bool(where, "bias", bias)
         check_float(where, "eps", eps, minimum=0.0, min_open=True)
@@ -464,16 +430,9 @@ class TransformerBlock(nn.Module):
         Returns:
             (B, T, d_model) tensor.
 
-        A model calls this for every block at every step, so only metadata is checked (no data is
-        read): ``x`` must be a non-empty (B, T, d_model) tensor with the dtype and device of the
-        parameters (any floating dtype under ``torch.autocast``). The masks are checked by the
-        attention.
-
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters.
-            ValueError: if ``x`` is on another device, not (B, T, d_model) or empty.
+        A model calls this for every block at every step, after checking its input ids once, so
+        ``x`` is not checked again; the masks are checked by the attention.
         """
-        _check_input("TransformerBlock.forward", "x", x, self.ln1.weight, self.d_model)
         if self.norm_first:
             a = self.attn(self.ln1(x), attn_mask=attn_mask, key_mask=key_mask, is_causal=is_causal,
                           kv_cache=kv_cache, rope=rope)[0]
@@ -512,7 +471,7 @@ class TransformerBlock(nn.Module):
                 f"{where}: layer must have batch_first=True (our blocks take (B, T, C)), got batch_first=False; "
                 "build it with nn.TransformerEncoderLayer(..., batch_first=True)"
             )
-        activation = _activation_name(where, layer.activation)
+        activation = activation_name(where, layer.activation)
         if layer.norm1.eps != layer.norm2.eps or layer.norm1.weight is None or layer.norm2.weight is None:
             raise ValueError(
                 f"{where}: norm1 and norm2 must have learnable weights and the same eps, "

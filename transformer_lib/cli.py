@@ -28,30 +28,30 @@ __all__ = [
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
+import re
 import shlex
 import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from transformer_lib._checks import check_device, check_float, check_int, check_memory, describe, format_bytes
-from transformer_lib.config import GPT_PRESETS, GPTConfig, gpt_param_count
+from transformer_lib.config import GPT_PRESETS, GPTConfig, TrainConfig, gpt_param_count
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.generation import generate
 from transformer_lib.gpt import GPT
-from transformer_lib.training import (
-    CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, RUN_FORMAT, TOKENIZER_FILE, TrainConfig, load_checkpoint, train,
+from transformer_lib.launch import on_sigint, process_group, stop_on_sigint
+from transformer_lib.rundir import (
+    CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, TOKENIZER_FILE, StoredRun, check_run_dir, read_json, read_run, read_text,
+    write_run,
 )
-from transformer_lib.utils import atomic_write
+from transformer_lib.training import train
 
 #: The program name in usage lines and error messages.
 PROG = "transformer_lib"
@@ -66,12 +66,12 @@ EXIT_INTERRUPTED = 130
 DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
 #: The largest integer flag value: step counts, sizes and seeds end up in 64-bit integers.
 INT64_MAX = 2**63 - 1
-#: The training preset (:data:`~transformer_lib.training.TRAIN_PRESETS`) that gives ``train`` its
+#: The training preset (:data:`~transformer_lib.config.TRAIN_PRESETS`) that gives ``train`` its
 #: defaults: Chapter 10's CPU recipe.
 TRAIN_PRESET = "shakespeare-baby"
 #: The model preset whose runs take the training preset of the same name (Chapter 21's recipe).
 SPEEDRUN = "speedrun"
-#: The flags of ``train`` that set a field of :class:`~transformer_lib.training.TrainConfig`.
+#: The flags of ``train`` that set a field of :class:`~transformer_lib.config.TrainConfig`.
 TRAIN_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
                "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed",
                "precision": "--precision", "time_budget": "--time-budget"}
@@ -195,42 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    """Write JSON atomically (temporary file, then ``os.replace``), as checkpoints are written."""
-    text = json.dumps(obj, indent=1) + "\n"
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CLIError(f"{what}: no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise CLIError(f"{what}: cannot read {path} as JSON: {_one_line(err)}") from None
-    if not isinstance(obj, dict):
-        raise CLIError(f"{what}: {path} must hold a JSON object, got {type(obj).__name__}")
-    return obj
-
-
 def _read_text(path: Path) -> tuple[str, str]:
-    """The text of ``--data`` and the SHA-256 of its bytes."""
+    """The text of ``--data`` and the SHA-256 of its bytes (:func:`~transformer_lib.rundir.read_text`)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise CLIError(f"--data: no such file: {path}") from None
-    except IsADirectoryError:
-        raise CLIError(f"--data: {path} is a directory, not a text file") from None
-    except OSError as err:
-        raise CLIError(f"--data: cannot read {path}: {err.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        bad = f"byte {raw[err.start]:#04x} at offset {err.start}"
-        raise CLIError(f"--data: {path} is not UTF-8 text ({bad})") from None
-    if not text:
-        raise CLIError(f"--data: {path} is empty")
-    return text, hashlib.sha256(raw).hexdigest()
+        return read_text(path)
+    except (OSError, ValueError) as err:  # read_text names the file
+        raise CLIError(f"--data: {_one_line(err)}") from None
 
 
 def _check_flag(check, flag: str, value, **bounds):
@@ -248,27 +218,6 @@ def _check_int_flag(flag: str, value: int | None, minimum: int) -> None:
     _check_flag(check_int, flag, value, minimum=minimum)
     if value > INT64_MAX:
         raise UsageError(f"{flag} must be an int in [{minimum}, 2**63 - 1] (64 bits), got {flag}={describe(value)}")
-
-
-def _check_train_flags(args: argparse.Namespace) -> None:
-    """The numeric flags of ``train`` in range, and --warmup-steps < --max-steps for a fresh run."""
-    for flag, minimum in (("--max-steps", 1), ("--batch-size", 1), ("--warmup-steps", 0),
-                          ("--eval-interval", 1), ("--seed", 0)):
-        _check_int_flag(flag, getattr(args, flag[2:].replace("-", "_")), minimum)
-    if args.lr is not None:
-        _check_flag(check_float, "--lr", args.lr, minimum=0.0, min_open=True)
-    if args.time_budget is not None:
-        _check_flag(check_float, "--time-budget", args.time_budget, minimum=0.0, min_open=True)
-    if not args.resume:  # a resumed run keeps its own values, compared later
-        preset = TrainConfig.from_preset(_train_preset(args))
-        max_steps, warmup = args.max_steps or preset.max_steps, args.warmup_steps
-        if warmup is None:
-            warmup = preset.warmup_steps
-        if warmup >= max_steps:
-            shown = [f"{flag}={value}" + ("" if given else " (the default)")
-                     for flag, value, given in (("--warmup-steps", warmup, args.warmup_steps is not None),
-                                                ("--max-steps", max_steps, args.max_steps is not None))]
-            raise UsageError(f"--warmup-steps must be < --max-steps, got {' and '.join(shown)}")
 
 
 def _check_generate_flags(args: argparse.Namespace) -> None:
@@ -312,7 +261,7 @@ def _available(device: torch.device | None) -> str:
     return str(device)
 
 
-def _check_fits(need: int, device: str, what: str) -> None:
+def _check_memory_budget(need: int, device: str, what: str) -> None:
     """Refuse (CLIError) a budget of ``need`` bytes that cannot fit in the memory of ``device``."""
     try:
         check_memory("not enough memory", what, need, device)
@@ -323,7 +272,10 @@ def _check_fits(need: int, device: str, what: str) -> None:
 def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
     """The GPTConfig of a fresh run, from --config or --preset, sized to the tokenizer."""
     if args.config is not None:
-        fields = _read_json(Path(args.config), "--config")
+        try:
+            fields = read_json(args.config)
+        except (OSError, ValueError) as err:
+            raise CLIError(f"--config: {_one_line(err)}") from None
         if fields.get("vocab_size", vocab_size) != vocab_size:
             raise CLIError(f"--config: {args.config} sets vocab_size={fields['vocab_size']!r}, but the text of "
                            f"--data has {vocab_size} distinct characters; leave vocab_size out")
@@ -349,15 +301,25 @@ def _given(args: argparse.Namespace) -> dict:
 
 
 def _train_config(args: argparse.Namespace, device: str) -> TrainConfig:
-    """The TrainConfig of a fresh run: its training preset with the flags given on the command line."""
+    """The TrainConfig of a fresh run: its training preset with the flags given on the command line.
+
+    TrainConfig checks every value; its error becomes a UsageError naming the flags of the fields it names.
+    """
+    if args.time_budget is not None and not args.time_budget > 0:  # TrainConfig reads 0 as "no budget"
+        raise UsageError(f"--time-budget must be a number of seconds > 0, got --time-budget={args.time_budget!r}")
     overrides = _given(args)
     if "eval_interval" in overrides:
         overrides["checkpoint_interval"] = overrides["eval_interval"]  # a checkpoint at every evaluation
+    preset = _train_preset(args)
     try:
-        return TrainConfig.from_preset(_train_preset(args), **overrides, device=device)
+        return TrainConfig.from_preset(preset, **overrides, device=device)
     except (TypeError, ValueError) as err:
-        flags = [flag for field, flag in TRAIN_FLAGS.items() if field in overrides and field in str(err)]
-        raise UsageError(f"{', '.join(flags) or 'the training flags'}: {err}") from None
+        message = str(err).removeprefix("TrainConfig: ")
+        named = [f for f in TRAIN_FLAGS if re.search(rf"\b{f}\b", message)]
+        kept = TrainConfig.from_preset(preset)
+        flags = [f"{TRAIN_FLAGS[f]} {getattr(args, f)}" if f in overrides
+                 else f"{TRAIN_FLAGS[f]} {getattr(kept, f)} (the default)" for f in named]
+        raise UsageError(f"{' and '.join(flags) or 'the training flags'}: {message}") from None
 
 
 def _differences(stored: dict, requested: dict, flags: dict | None = None) -> list[str]:
@@ -368,75 +330,25 @@ def _differences(stored: dict, requested: dict, flags: dict | None = None) -> li
             for k in requested if stored.get(k) != requested[k]]
 
 
-def _check_run_dir(out: Path, resume: bool) -> None:
-    """``--out`` is, or can become, a writable run directory; it holds a run exactly when ``resume``."""
-    if out.exists() and not out.is_dir():
-        raise CLIError(f"--out: {out} exists and is not a directory")
-    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not existing.is_dir():
-        raise CLIError(f"--out: cannot create {out}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CLIError(f"--out: cannot write into {existing}: permission denied")
-    present = [n for n in (CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE) if (out / n).exists()]
-    if not resume and present:
-        raise UsageError(f"--out: {out} already holds a run ({', '.join(present)}); continue it with --resume "
-                         "or choose another directory")
-    if resume and CHECKPOINT_FILE not in present:
-        raise CLIError(f"--resume: {out} holds no checkpoint ({CHECKPOINT_FILE}); start a new run without --resume")
-
-
-def _check_weights(path: Path, flag: str, weights, config: GPTConfig) -> None:
-    """``weights`` has exactly the names and shapes of ``GPT(config)``'s state dict, as floating-point tensors."""
-    with torch.device("meta"):  # shapes without data: no memory, however large the configuration
-        expected = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
-    missing, unexpected = [k for k in expected if k not in weights], [k for k in weights if k not in expected]
-    if missing or unexpected:
-        listed = "; ".join(f"{what} {', '.join(map(repr, keys[:3]))}{', ...' if len(keys) > 3 else ''}"
-                           for what, keys in (("missing", missing), ("unexpected", unexpected)) if keys)
-        raise CLIError(f"{flag}: {path}: the weights do not match its model_config ({listed})")
-    for name, shape in expected.items():
-        w = weights[name]
-        if not w.is_floating_point() or tuple(w.shape) != shape:
-            raise CLIError(f"{flag}: {path}: the weight {name!r} must be a floating-point tensor of shape {shape} "
-                           f"(from its model_config), got {describe(w)}")
-
-
-def _checkpoint(path: Path, flag: str) -> tuple[dict, GPTConfig]:
-    """The checkpoint at ``path``, verified by ``load_checkpoint``, and its GPTConfig, which its weights fit."""
+def _stored_run(directory: Path, flag: str, resume: bool = False) -> StoredRun:
+    """:func:`~transformer_lib.rundir.read_run`; a refusal is a CLIError naming ``flag``."""
     try:
-        checkpoint = load_checkpoint(path)
-    except (OSError, TypeError, ValueError) as err:  # load_checkpoint names the file
-        raise CLIError(f"{flag}: {_one_line(err)}") from None
-    config = GPTConfig.from_dict(checkpoint["model_config"])  # valid: load_checkpoint checked it
-    _check_weights(path, flag, checkpoint["model"], config)
-    return checkpoint, config
-
-
-def _tokenizer(path: Path, flag: str) -> CharTokenizer:
-    """The CharTokenizer of a run directory; a missing or bad file is a CLIError naming it."""
-    try:
-        return CharTokenizer.load(path)
-    except (OSError, TypeError, ValueError) as err:
-        message = _one_line(err)
-        raise CLIError(f"{flag}: {message}" if os.fspath(path) in message else f"{flag}: {path}: {message}") from None
+        return read_run(directory, resume=resume)
+    except (OSError, TypeError, ValueError) as err:  # read_run names the file
+        missing = str(err).endswith(f"holds no {CHECKPOINT_FILE}")
+        hint = f"; write one with {PROG} train --out {directory}" if missing else ""
+        raise CLIError(f"{flag}: {_one_line(err)}{hint}") from None
 
 
 def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str,
                      device: str) -> tuple[GPTConfig, TrainConfig, int, bool]:
     """Validate DIR against the command line; return the stored configs, the stored step and whether the run is done."""
-    path = out / CHECKPOINT_FILE
-    checkpoint, model_config = _checkpoint(path, "--resume")
-    train_config = TrainConfig.from_dict(checkpoint["train_config"])  # valid: load_checkpoint checked it
-    if checkpoint["step"] > train_config.max_steps:
-        raise CLIError(f"--resume: {path} holds step={checkpoint['step']}, beyond its max_steps={train_config.max_steps}")
-    run = _read_json(out / RUN_FILE, "--resume")
-    if run.get("format") != RUN_FORMAT:
-        raise CLIError(f"--resume: {out / RUN_FILE} is not a run file (format {describe(run.get('format'))})")
+    stored = _stored_run(out, "--resume", resume=True)
+    checkpoint, model_config, train_config, run = stored.checkpoint, stored.model_config, stored.train_config, stored.run
     if run.get("data_sha256") != data_sha256:
         raise UsageError(f"--resume: --data {args.data} is not the text the run in {out} was trained on "
                          f"({run.get('data')}, sha256 {str(run.get('data_sha256'))[:12]}...)")
-    stored_tokenizer = _tokenizer(out / TOKENIZER_FILE, "--resume")
-    if stored_tokenizer.chars != tokenizer.chars or model_config.vocab_size != tokenizer.vocab_size:
+    if stored.tokenizer.chars != tokenizer.chars:
         raise CLIError(f"--resume: {out / TOKENIZER_FILE} and the checkpoint do not match the characters of --data")
     if args.preset is not None or args.config is not None:
         changed = _differences(model_config.to_dict(), _model_config(args, tokenizer.vocab_size).to_dict())
@@ -445,65 +357,7 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
     changed = _differences(train_config.to_dict(), _given(args), TRAIN_FLAGS)
     if changed:
         raise UsageError(f"--resume: a resumed run keeps its training configuration; got {', '.join(changed)}")
-    done = checkpoint["step"] == train_config.max_steps or (
-        train_config.time_budget > 0 and checkpoint["metrics"].get("train_time", 0.0) >= train_config.time_budget)
-    return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"], done
-
-
-@contextlib.contextmanager
-def _process_group(device: str):
-    """Under torchrun (WORLD_SIZE > 1): join the process group; yield ``(rank, device)``."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        yield 0, device
-        return
-    if torch.device(device).type == "cuda":
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank)
-        device, backend = f"cuda:{local_rank}", "nccl"
-    else:
-        backend = "gloo"
-    dist.init_process_group(backend)
-    try:
-        yield dist.get_rank(), device
-    finally:
-        dist.destroy_process_group()
-
-
-@contextlib.contextmanager
-def _on_sigint(handler: Callable[[int, Any], None]):
-    """Run the body with ``handler`` for SIGINT, then put the previous disposition back.
-
-    Only the main thread may install signal handlers; elsewhere the body runs with SIGINT as it is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _stop_on_sigint(second_interrupts: bool = True):
-    """Make Ctrl-C set a flag; yield the flag's ``is_set``.
-
-    With ``second_interrupts``, the first Ctrl-C installs Python's default handler, so that a
-    second one raises ``KeyboardInterrupt`` at once. Under torchrun a worker gets SIGINT twice for
-    one Ctrl-C (from the terminal and forwarded by the launcher, which also kills workers that do
-    not exit in time), so there every SIGINT only sets the flag.
-    """
-    flag = threading.Event()
-
-    def handler(signum, frame):
-        flag.set()
-        if second_interrupts:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    with _on_sigint(handler):
-        yield flag.is_set
+    return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"], stored.complete
 
 
 def _training_bytes(config: GPTConfig, batch_size: int) -> tuple[int, int]:
@@ -529,32 +383,39 @@ def train_command(args: argparse.Namespace) -> int:
             unusable ``--out``, a missing, corrupt or incomplete run to resume, a device this
             machine lacks, a run that cannot fit in memory, or a failure while training.
     """
-    _check_train_flags(args)
+    train_config = None if args.resume else _train_config(args, "cpu")  # every flag checked before any work
     requested = _device_flag(args.device)
     data_path, out = Path(args.data), Path(args.out)
     text, data_sha256 = _read_text(data_path)
     device = _available(requested)
     with _stage(f"--out {out}"):
-        _check_run_dir(out, args.resume)
+        try:
+            check_run_dir(out, resume=args.resume)
+        except FileExistsError as err:
+            raise UsageError(f"--out: {err}; continue it with --resume or choose another directory") from None
+        except FileNotFoundError as err:
+            raise CLIError(f"--resume: {err}; start a new run without --resume") from None
+        except OSError as err:
+            raise CLIError(f"--out: {err}") from None
     tokenizer = CharTokenizer.from_text(text)
     if args.resume:
         model_config, train_config, start, done = _resumed_configs(args, out, tokenizer, data_sha256, device)
     else:
-        model_config, train_config = _model_config(args, tokenizer.vocab_size), _train_config(args, device)
+        model_config, train_config = _model_config(args, tokenizer.vocab_size), dataclasses.replace(train_config, device=device)
         start, done = 0, False
     need = 10 * (model_config.block_size + 1)
     if len(text) < need:
         raise CLIError(f"--data: {data_path} has {len(text)} characters; block_size={model_config.block_size} "
                        f"needs at least {need} (10 x (block_size + 1), for the 10 % validation split)")
     weights, activations = _training_bytes(model_config, train_config.batch_size)
-    _check_fits(weights + activations, train_config.device,
+    _check_memory_budget(weights + activations, train_config.device,
                 f"training {gpt_param_count(model_config):,} parameters ({format_bytes(weights)} with their gradients "
                 f"and AdamW moments) on batches of --batch-size {train_config.batch_size} x block_size "
                 f"{model_config.block_size} ({format_bytes(activations)} of activations)")
     with _stage("preparing the data"):
         train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long), 0.1)
 
-    with _process_group(train_config.device) as (rank, device):
+    with process_group(train_config.device) as (rank, device):
         train_config = dataclasses.replace(train_config, device=device)
         if dist.is_initialized():
             dist.barrier()  # every rank has checked DIR before rank 0 writes into it
@@ -566,17 +427,14 @@ def train_command(args: argparse.Namespace) -> int:
             return 0
         if rank == 0 and not args.resume:
             try:
-                out.mkdir(parents=True, exist_ok=True)
-                tokenizer.save(out / TOKENIZER_FILE)
-                _write_json(out / RUN_FILE, {"format": RUN_FORMAT, "data": os.fspath(data_path.resolve()),
-                                             "data_sha256": data_sha256, "characters": len(text)})
+                write_run(out, tokenizer, data_path, data_sha256, len(text))
             except OSError as err:
                 raise CLIError(f"--out: cannot write the run into {out}: {_one_line(err)}") from None
         with _stage("building the model"):
             torch.manual_seed(train_config.seed)  # the initialisation of a fresh run; a resumed run loads its own
             model = GPT(model_config)
         try:
-            with _stop_on_sigint(second_interrupts=not dist.is_initialized()) as should_stop, \
+            with stop_on_sigint(second_interrupts=not dist.is_initialized()) as should_stop, \
                     _stage(f"training the run in {out}", every_rank=True):
                 history = train(model, train_data, val_data, train_config, out_dir=out, resume=args.resume,
                                 progress=not args.no_progress, should_stop=should_stop)
@@ -669,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             code = exit_.code
             return 0 if code is None else code if isinstance(code, int) else EXIT_USAGE
         prog = args.command_prog
-        with _on_sigint(signal.default_int_handler):  # even where the process started with SIGINT ignored
+        with on_sigint(signal.default_int_handler):  # even where the process started with SIGINT ignored
             return args.handler(args)
     except CLIError as err:
         _report(prog, str(err), err, every_rank=getattr(err, "every_rank", False))
@@ -684,25 +542,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _load_run(directory: Path, device: str) -> tuple[GPT, CharTokenizer]:
     """The trained model (in eval mode, on ``device``) and tokenizer of a run directory."""
-    if not directory.exists():
-        raise CLIError(f"--checkpoint: no such directory: {directory}")
-    if not directory.is_dir():
-        raise CLIError(f"--checkpoint: {directory} is a file; give the run directory that holds {CHECKPOINT_FILE}")
-    path = directory / CHECKPOINT_FILE
-    if path.is_dir():
-        raise CLIError(f"--checkpoint: {path} is a directory, not a checkpoint file")
-    if not path.is_file():
-        raise CLIError(f"--checkpoint: {directory} holds no {CHECKPOINT_FILE}; write one with {PROG} train --out {directory}")
-    checkpoint, config = _checkpoint(path, "--checkpoint")
-    tokenizer = _tokenizer(directory / TOKENIZER_FILE, "--checkpoint")
-    if tokenizer.vocab_size != config.vocab_size:
-        raise CLIError(f"--checkpoint: {directory / TOKENIZER_FILE} has {tokenizer.vocab_size} characters, "
-                       f"the model of {path} vocab_size={config.vocab_size}")
-    _check_fits(4 * gpt_param_count(config), device, f"the model of {path}")
+    stored = _stored_run(directory, "--checkpoint")
+    config, path = stored.model_config, directory / CHECKPOINT_FILE
+    _check_memory_budget(4 * gpt_param_count(config), device, f"the model of {path}")
     with _stage(f"--checkpoint: loading the model of {path}"):
         model = GPT(config)
-        model.load_state_dict(checkpoint["model"])
-        return model.to(device).eval(), tokenizer
+        model.load_state_dict(stored.checkpoint["model"])
+        return model.to(device).eval(), stored.tokenizer
 
 
 def _silence_stdout() -> None:
@@ -734,7 +580,7 @@ def generate_command(args: argparse.Namespace) -> int:
     _check_generate_flags(args)
     device = _available(_device_flag(args.device))
     total = len(args.prompt) + args.max_new_tokens  # one id per character
-    _check_fits(8 * total, device, f"--max-new-tokens {args.max_new_tokens}: a text of {total:,} token ids")
+    _check_memory_budget(8 * total, device, f"--max-new-tokens {args.max_new_tokens}: a text of {total:,} token ids")
     model, tokenizer = _load_run(Path(args.checkpoint), device)
     try:
         ids = tokenizer.encode(args.prompt)

@@ -8,28 +8,15 @@ Exported from the chapter `book/01_text_to_tensors.md`.
 """
 
 __all__ = [
-    "DATA_ENV",
-    "CACHE_ENV",
-    "TINY_SHAKESPEARE_URL",
-    "TINY_SHAKESPEARE_SHA256",
-    "cache_dir",
-    "sha256sum",
-    "fetch",
     "load_tiny_shakespeare",
     "CharTokenizer",
     "train_val_split",
     "get_batch",
 ]
 
-import hashlib
-import http.client
 import json
 import math
 import os
-import pathlib
-import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral
 from types import MappingProxyType
@@ -38,184 +25,8 @@ import numpy as np
 import torch
 
 from transformer_lib._checks import check_device, check_float, check_int, check_path, check_tensor, describe
+from transformer_lib.hub import fetch_pinned
 from transformer_lib.utils import atomic_write
-
-#: Environment variable that points the loaders at local files instead of the network, naming a
-#: directory that holds the requested file, or the file itself.
-DATA_ENV = "TRANSFORMER_LIB_DATA"
-#: Environment variable that overrides the download cache directory.
-CACHE_ENV = "TRANSFORMER_LIB_CACHE"
-#: Where Tiny Shakespeare is downloaded from (Karpathy's char-rnn repository).
-TINY_SHAKESPEARE_URL = (
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-)
-#: SHA-256 digest of the pinned Tiny Shakespeare file (1,115,394 bytes).
-TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-
-_CHUNK_BYTES = 1 << 20  # files are hashed and downloaded 1 MiB at a time
-_TIMEOUT_S = 30.0
-
-
-def cache_dir() -> pathlib.Path:
-    """The directory where downloaded files are cached.
-
-    ``$TRANSFORMER_LIB_CACHE`` if that variable is set and not empty, else
-    ``~/.cache/transformer_lib``. The directory is not created here; :func:`fetch` creates it
-    before its first download.
-
-    Returns:
-        The cache directory.
-    """
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return pathlib.Path(override).expanduser()
-    return pathlib.Path.home() / ".cache" / "transformer_lib"
-
-
-def sha256sum(path: str | os.PathLike) -> str:
-    """The SHA-256 digest of a file, read in chunks so that a large file never sits in memory.
-
-    Args:
-        path: the file to hash.
-
-    Returns:
-        The digest as 64 lowercase hexadecimal characters.
-
-    Raises:
-        TypeError: if ``path`` is not a ``str`` or ``os.PathLike``.
-        FileNotFoundError: if there is no file at ``path``.
-        IsADirectoryError: if ``path`` is a directory.
-    """
-    path = check_path("sha256sum", "path", path, kind="file")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _local_file(location: str | os.PathLike, filename: str, source: str) -> pathlib.Path:
-    """Resolve an override (a file, or a directory holding ``filename``) to an existing file."""
-    p = pathlib.Path(location).expanduser()
-    if p.is_dir():
-        if (p / filename).is_dir():
-            raise IsADirectoryError(f"fetch: {source} points to {p}, where {filename!r} is a directory, not a file")
-        if not (p / filename).is_file():
-            raise FileNotFoundError(
-                f"fetch: {source} points to the directory {p}, which has no file {filename!r}"
-            )
-        return p / filename
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"fetch: {source} points to {p}, which does not exist; "
-            f"expected the file {filename!r} or a directory holding it"
-        )
-    return p
-
-
-def _verify(file: pathlib.Path, sha256: str, what: str, advice: str) -> None:
-    """Raise ValueError unless the file's SHA-256 digest is ``sha256``."""
-    actual = sha256sum(file)
-    if actual != sha256:
-        raise ValueError(
-            f"fetch: checksum mismatch for {what}: expected SHA-256 {sha256}, got {actual}. {advice}"
-        )
-
-
-def _download(url: str, target: pathlib.Path, sha256: str) -> pathlib.Path:
-    """Download ``url`` to ``target`` through a verified temporary file in the same directory."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tempfile.NamedTemporaryFile(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False
-    )
-    try:
-        with tmp:
-            try:
-                with urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
-                    while chunk := response.read(_CHUNK_BYTES):
-                        tmp.write(chunk)
-            except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as err:
-                why = err if isinstance(err, urllib.error.HTTPError) else getattr(err, "reason", err)
-                raise ConnectionError(
-                    f"fetch: could not download {target.name!r} from {url}: {why}. To work offline, "
-                    f"put the file in a directory and set the environment variable {DATA_ENV} to that "
-                    f"directory (or pass path=...), or copy it to {target}"
-                ) from err
-        _verify(
-            pathlib.Path(tmp.name), sha256, f"{target.name!r} downloaded from {url}",
-            "The download was discarded: the file at that URL is not the pinned version.",
-        )
-        # Same directory, so the rename is atomic: the final name only ever holds a verified file.
-        os.replace(tmp.name, target)
-    except BaseException:
-        pathlib.Path(tmp.name).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def fetch(
-    filename: str, url: str, sha256: str, *, path: str | os.PathLike | None = None,
-    subdir: str | None = None,
-) -> pathlib.Path:
-    """A local, checksum-verified copy of a data file, downloaded only when there is none.
-
-    The first place that applies wins:
-
-    1. ``path``, if given: the file itself, or a directory holding ``filename``.
-    2. ``$TRANSFORMER_LIB_DATA``, if set: the same rule as ``path`` (in its folder ``subdir``, if given).
-    3. The cache, ``cache_dir() / filename`` (``cache_dir() / subdir / filename``), if that file exists.
-    4. ``url``, downloaded into a temporary file in the cache directory, verified, then renamed to
-       ``filename``. The rename is atomic, so an interrupted download never leaves a partial file
-       under the final name.
-
-    Whatever the source, the file's SHA-256 digest must equal ``sha256``.
-
-    Args:
-        filename: the file's name without directories, e.g. ``"tinyshakespeare.txt"``.
-        url: where to download the file from when there is no local copy.
-        sha256: the expected SHA-256 digest, 64 hexadecimal characters.
-        path: an explicit local file, or a directory holding ``filename``. Overrides everything else.
-        subdir: a relative folder (e.g. ``"models/shakespeare-baby"``) that keeps files of the same
-            name apart, in the cache and under ``$TRANSFORMER_LIB_DATA``.
-
-    Returns:
-        The path of the verified local file.
-
-    Raises:
-        TypeError: if an argument has the wrong type.
-        ValueError: if ``filename`` contains a directory, ``subdir`` is absolute or climbs out with
-            ``..``, ``sha256`` is not a hexadecimal digest, or the file's digest differs from ``sha256``
-            (a downloaded file is then deleted).
-        FileNotFoundError: if ``path`` or ``$TRANSFORMER_LIB_DATA`` is set but the file is not there.
-        ConnectionError: if the download fails; the message says how to work offline.
-    """
-    for name, value in (("filename", filename), ("url", url), ("sha256", sha256)):
-        if not isinstance(value, str):
-            raise TypeError(f"fetch: {name} must be a str, got {type(value).__name__}")
-    if not filename or os.path.basename(filename) != filename or filename in (".", ".."):
-        raise ValueError(f"fetch: filename must be a bare file name without directories, got {filename!r}")
-    if subdir is not None and (not isinstance(subdir, str) or not subdir or pathlib.PurePath(subdir).is_absolute()
-                               or ".." in pathlib.PurePath(subdir).parts):
-        raise ValueError(f"fetch: subdir must be a relative folder such as 'models/name', got {subdir!r}")
-    expected = sha256.lower()
-    if len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected):
-        raise ValueError(f"fetch: sha256 must be 64 hexadecimal characters, got {sha256!r}")
-
-    if path is not None:
-        local = _local_file(check_path("fetch", "path", path), filename, "path")
-    elif os.environ.get(DATA_ENV):
-        root = pathlib.Path(os.environ[DATA_ENV]) / (subdir or "")
-        local = _local_file(root, filename, f"the environment variable {DATA_ENV}")
-    else:
-        local = cache_dir() / (subdir or "") / filename
-        if not local.is_file():
-            return _download(url, local, expected)
-        _verify(local, expected, f"the cached file {local}",
-                "Delete it and call again to download a fresh copy.")
-        return local
-    _verify(local, expected, str(local),
-            f"It is not the pinned version of {filename!r} (or it is damaged); replace it with {url}.")
-    return local
 
 
 def load_tiny_shakespeare(path: str | os.PathLike | None = None) -> str:
@@ -233,8 +44,7 @@ def load_tiny_shakespeare(path: str | os.PathLike | None = None) -> str:
         ValueError: see :func:`fetch`.
         ConnectionError: see :func:`fetch`.
     """
-    file = fetch("tinyshakespeare.txt", TINY_SHAKESPEARE_URL, TINY_SHAKESPEARE_SHA256, path=path)
-    return file.read_bytes().decode("utf-8")
+    return fetch_pinned("tinyshakespeare.txt", path=path).read_bytes().decode("utf-8")
 
 
 _MAX_LISTED = 10  # distinct characters / bad ids listed in an error message

@@ -23,11 +23,13 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor
-from transformer_lib.block import _ACTIVATIONS, FeedForward, LayerNorm, TransformerBlock, _activation_name
-from transformer_lib.config import Seq2SeqConfig
+from transformer_lib._checks import (
+    check_bool, check_choice, check_float, check_int, check_like, check_tensor, check_token_ids,
+)
+from transformer_lib.block import FeedForward, LayerNorm, TransformerBlock, activation_name
+from transformer_lib.config import ACTIVATIONS, Seq2SeqConfig
 from transformer_lib.embeddings import SinusoidalPositionalEncoding
-from transformer_lib.multihead import MultiHeadAttention, _check_input
+from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.utils import eval_mode
 
 
@@ -77,7 +79,7 @@ class DecoderBlock(nn.Module):
             raise ValueError(f"{w}: d_model must be divisible by n_head, got d_model={d_model} and n_head={n_head}")
         d_ff = None if d_ff is None else check_int(w, "d_ff", d_ff, minimum=1)
         dropout = check_float(w, "dropout", dropout, minimum=0.0, maximum=1.0, max_open=True)
-        activation = check_choice(w, "activation", activation, tuple(_ACTIVATIONS))
+        activation = check_choice(w, "activation", activation, tuple(ACTIVATIONS))
         self.norm_first = check_bool(w, "norm_first", norm_first)
         bias = check_bool(w, "bias", bias)
         eps = check_float(w, "eps", eps, minimum=0.0, min_open=True)
@@ -117,8 +119,6 @@ class DecoderBlock(nn.Module):
         Returns:
             (B, T, d_model), the dtype of ``x``.
         """
-        _check_input("DecoderBlock.forward", "x", x, self.ln1.weight, self.d_model)
-        _check_input("DecoderBlock.forward", "memory", memory, self.ln1.weight, self.d_model)
         sa = dict(attn_mask=tgt_mask, key_mask=tgt_key_mask, is_causal=tgt_is_causal)
         ca = dict(attn_mask=memory_mask, key_mask=memory_key_mask)
         if self.norm_first:
@@ -149,7 +149,7 @@ class DecoderBlock(nn.Module):
             raise ValueError(
                 f"{where}: layer must have batch_first=True (our blocks take (B, T, C)), got batch_first=False"
             )
-        activation = _activation_name(where, layer.activation)
+        activation = activation_name(where, layer.activation)
         norms = (layer.norm1, layer.norm2, layer.norm3)
         if len({n.eps for n in norms}) != 1 or any(n.weight is None for n in norms):
             raise ValueError(f"{where}: norm1, norm2 and norm3 must have learnable weights and the same eps")
@@ -206,14 +206,7 @@ class _Stack(nn.Module):
         self.norm = LayerNorm(d_model, eps=eps, bias=bias)
 
     def _run(self, x: Tensor, *args, **kwargs) -> Tensor:
-        """Every block on ``x`` (B, L, d_model) with the same further arguments, then the final norm.
-
-        ``x`` and a positional ``memory`` must be non-empty (B, L, d_model) tensors with the dtype
-        and device of the parameters (metadata only, checked here, naming the stack).
-        """
-        where, w = f"{type(self).__name__}.forward", self.norm.weight
-        for name, t in zip(("x", "memory"), (x, *args)):
-            _check_input(where, name, t, w, self.norm.d_model)
+        """Every block on ``x`` (B, L, d_model) with the same further arguments, then the final norm."""
         for layer in self.layers:
             x = layer(x, *args, **kwargs)
         return self.norm(x)
@@ -406,7 +399,7 @@ class EncoderDecoder(nn.Module):
 
     def _embed(self, where: str, name: str, ids: Tensor, embed: nn.Embedding) -> Tensor:
         """Validate ``ids`` (B, L) int64 and return ``dropout(embed(ids) * sqrt(d_model) + PE)``, (B, L, d_model)."""
-        check_tensor(where, name, ids, dtype=torch.int64, ndim=2, nonempty=True)
+        check_token_ids(where, name, ids, embed.num_embeddings, ndim=2)
         if ids.device != embed.weight.device:
             raise ValueError(f"{where}: {name} must be on the model's device {embed.weight.device}, "
                              f"got {name}.device={ids.device}")
@@ -415,13 +408,6 @@ class EncoderDecoder(nn.Module):
                 f"{where}: {name} must have at most max_len={self.config.max_len} positions, "
                 f"got {name}.shape={tuple(ids.shape)}"
             )
-        if ids.device.type == "cpu" and not torch.compiler.is_compiling():  # data-dependent: not traceable
-            lo, hi = (int(v) for v in torch.aminmax(ids))
-            if lo < 0 or hi >= embed.num_embeddings:
-                raise ValueError(
-                    f"{where}: {name} must hold ids in [0, {embed.num_embeddings}), "
-                    f"got the id {lo if lo < 0 else hi} in {name}"
-                )
         return self.dropout(self.pos(embed(ids) * self._scale))
 
     def encode(self, src: Tensor, src_key_mask: Tensor | None = None) -> Tensor:
@@ -470,7 +456,8 @@ class EncoderDecoder(nn.Module):
         """
         where = "EncoderDecoder.decode"
         y = self._embed(where, "tgt", tgt, self.tgt_embed)
-        _check_input(where, "memory", memory, self.generator.weight, self.config.d_model)
+        check_like(where, "memory", memory, self.generator.weight)
+        check_tensor(where, "memory", memory, shape=(None, None, self.config.d_model), nonempty=True)
         if memory.size(0) != tgt.size(0):
             raise ValueError(f"{where}: memory must hold one encoded source per target sequence, got "
                              f"memory.shape={tuple(memory.shape)} and tgt.shape={tuple(tgt.shape)}")

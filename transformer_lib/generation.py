@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib._checks import (
-    check_bool, check_device, check_float, check_int, check_memory, check_tensor, describe,
+    check_bool, check_device, check_float, check_int, check_memory, check_tensor, check_token_ids, describe,
 )
 from transformer_lib.utils import eval_mode
 
@@ -44,7 +44,12 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
         ValueError: if ``k < 1``, or ``logits`` has a dimension of size 0.
     """
     check_tensor("top_k_filter", "logits", logits, floating=True, nonempty=True)
-    k = min(check_int("top_k_filter", "k", k, minimum=1), logits.size(-1))
+    return _top_k(logits, check_int("top_k_filter", "k", k, minimum=1))
+
+
+def _top_k(logits: Tensor, k: int) -> Tensor:
+    """:func:`top_k_filter` without its checks, for the sampler's inner loop."""
+    k = min(k, logits.size(-1))
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
     return logits.masked_fill(logits < kth, float("-inf"))
 
@@ -68,7 +73,11 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
         ValueError: if ``p`` is outside (0, 1], or ``logits`` has a dimension of size 0.
     """
     check_tensor("top_p_filter", "logits", logits, floating=True, nonempty=True)
-    p = check_float("top_p_filter", "p", p, minimum=0.0, maximum=1.0, min_open=True)
+    return _top_p(logits, check_float("top_p_filter", "p", p, minimum=0.0, maximum=1.0, min_open=True))
+
+
+def _top_p(logits: Tensor, p: float) -> Tensor:
+    """:func:`top_p_filter` without its checks, for the sampler's inner loop."""
     if p == 1.0:
         return logits.clone()
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
@@ -135,6 +144,12 @@ def sample_next(
         check_float(where, "top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"{where}: generator must be None or a torch.Generator, got {type(generator).__name__}")
+    return _sample_next(logits, temperature, top_k, top_p, generator)
+
+
+def _sample_next(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                 generator: torch.Generator | None) -> Tensor:
+    """:func:`sample_next` without its checks: the generation loop calls it at every step."""
     if temperature == 0.0:
         return logits.argmax(dim=-1, keepdim=True)
     top = logits.amax(dim=-1, keepdim=True)  # (..., 1)
@@ -144,15 +159,15 @@ def sample_next(
     else:  # the temperature rounds to (nearly) 0 in this dtype: the gaps become -inf, the largest stays 0
         logits = torch.where(logits == 0, 0.0, logits / temperature)
     if top_k is not None:
-        logits = top_k_filter(logits, top_k)
+        logits = _top_k(logits, top_k)
     if top_p is not None:
-        logits = top_p_filter(logits, top_p)
+        logits = _top_p(logits, top_p)
     probs = torch.softmax(logits.float(), dim=-1)
     try:
         draws = torch.multinomial(probs.reshape(-1, probs.size(-1)), 1, generator=generator)
     except RuntimeError:  # "probability tensor contains either inf, nan or element < 0": say why
         if top.device.type == "cpu":
-            _check_largest_logits(where, top)
+            _check_largest_logits("sample_next", top)
         raise
     return draws.reshape(*probs.shape[:-1], 1)
 
@@ -416,14 +431,9 @@ def generate(
     """
     where = "generate"
     device = _first_weight(model, where).device
-    check_tensor(where, "idx", idx, dtype=torch.int64, ndim=2, nonempty=True)
+    check_token_ids(where, "idx", idx, model.config.vocab_size, ndim=2)  # once per call, on the CPU only
     if idx.device != device:
         raise ValueError(f"{where}: idx must be on the model's device {device}, got idx.device={idx.device}")
-    vocab_size = model.config.vocab_size
-    if idx.device.type == "cpu":  # once per call; on an accelerator it would wait for the device
-        lo, hi = (int(v) for v in torch.aminmax(idx))
-        if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"{where}: idx holds the id {lo if lo < 0 else hi}, outside [0, vocab_size={vocab_size})")
     max_new_tokens = check_int(where, "max_new_tokens", max_new_tokens, minimum=0)
     temperature = check_float(where, "temperature", temperature, minimum=0.0)
     if top_k is not None:
@@ -452,9 +462,7 @@ def generate(
         cache = KVCache.for_model(model, B, cache_len) if use_cache and max_new_tokens > 0 else None
         for n in range(T, T + max_new_tokens):
             logits = _next_logits(model, seq, n, cache)  # (B, V)
-            seq[:, n : n + 1] = sample_next(
-                logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
-            )
+            seq[:, n : n + 1] = _sample_next(logits, temperature, top_k, top_p, generator)
             if callback is not None:
                 callback(seq[:, n : n + 1].clone())
     return seq.clone()  # outside inference mode: a tensor that autograd may use later

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib import generation, serialization
-from transformer_lib._checks import check_device, check_memory, check_path, check_tensor
+from transformer_lib._checks import check_device, check_memory, check_path, check_token_ids
 from transformer_lib.block import LayerNorm, TransformerBlock
 from transformer_lib.config import GPTConfig, gpt_param_count
 from transformer_lib.embeddings import LearnedPositionalEmbedding, rope_angles
@@ -197,7 +197,7 @@ class GPT(nn.Module):
     def _check_inputs(self, idx, targets, past: int) -> int:
         """Validate the inputs of :meth:`forward`; return ``T``."""
         w, c = "GPT.forward", self.config
-        check_tensor(w, "idx", idx, dtype=torch.int64, ndim=2, nonempty=True)
+        check_token_ids(w, "idx", idx, c.vocab_size, ndim=2)
         T = idx.size(1)
         if T > c.block_size:
             raise ValueError(
@@ -211,12 +211,10 @@ class GPT(nn.Module):
         if idx.device != self.wte.weight.device:
             raise ValueError(f"{w}: idx must be on the model's device {self.wte.weight.device}, got idx.device={idx.device}")
         if targets is not None:
-            check_tensor(w, "targets", targets, dtype=torch.int64, shape=tuple(idx.shape))
+            kept = check_token_ids(w, "targets", targets, c.vocab_size, shape=tuple(idx.shape), ignore_index=-1)
             if targets.device != idx.device:
                 raise ValueError(f"{w}: targets must be on the device of idx, {idx.device}, got targets.device={targets.device}")
-        if idx.device.type == "cpu" and not torch.compiler.is_compiling():  # data-dependent: not traceable
-            _check_ids(w, "idx", idx, 0, c.vocab_size)
-            if targets is not None and _check_ids(w, "targets", targets, -1, c.vocab_size, " or -1 (ignored)") == -1:
+            if kept == 0:  # checked on the CPU only (None elsewhere): reading the values waits for the device
                 raise ValueError(
                     f"{w}: targets must hold at least one id that is not -1, got every target -1 (ignored), "
                     "so the loss would average over nothing (NaN)"
@@ -358,17 +356,3 @@ class GPT(nn.Module):
         """``cls(config)`` without touching PyTorch's global random state (for weights about to be loaded)."""
         with torch.random.fork_rng(devices=[]):
             return cls(config)
-
-
-def _check_ids(where: str, name: str, ids: Tensor, low: int, high: int, extra: str = "") -> int:
-    """Raise a ValueError if ``ids`` (not empty) holds a value outside ``[low, high)``; return the largest.
-
-    One read of the tensor, which also tells :meth:`GPT.forward` whether every target is ignored.
-    """
-    lo, hi = (int(v) for v in torch.aminmax(ids))
-    if lo < low or hi >= high:
-        raise ValueError(
-            f"{where}: {name} must hold ids in [0, vocab_size={high}){extra}, got the id {lo if lo < low else hi} "
-            f"in {name}"
-        )
-    return hi

@@ -6,11 +6,7 @@ Exported from the chapter `book/07_gpt2.md`.
 """
 
 __all__ = [
-    "GPT2Checkpoint",
     "GPT2_CHECKPOINTS",
-    "GPT2_REVISION",
-    "GPT2_WEIGHTS_URL",
-    "GPT2_WEIGHTS_SHA256",
     "HF_CONV1D_WEIGHTS",
     "hf_gpt2_key_map",
     "load_hf_gpt2_state_dict",
@@ -20,7 +16,6 @@ __all__ = [
 
 import os
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import safetensors.torch
 import torch
@@ -29,42 +24,16 @@ from torch import Tensor
 
 from transformer_lib._checks import check_choice, check_int
 from transformer_lib.config import GPTConfig
-from transformer_lib.data import fetch
+from transformer_lib.hub import PINNED_FILES, fetch_pinned
 
-
-class GPT2Checkpoint(NamedTuple):
-    """Where the weights of one GPT-2 size live on the Hugging Face Hub, pinned to one file."""
-
-    repo: str  #: the Hub repository, e.g. ``"openai-community/gpt2"``
-    revision: str | None  #: the commit whose ``model.safetensors`` is pinned (None: not pinned yet)
-    sha256: str | None  #: SHA-256 digest of that file (None: not pinned yet)
-    filename: str  #: the name of the local copy (what ``$TRANSFORMER_LIB_DATA`` must hold)
-
-
-#: The four released GPT-2 sizes, by the name of their preset in ``GPT_PRESETS``.
-GPT2_CHECKPOINTS: dict[str, GPT2Checkpoint] = {
-    "gpt2": GPT2Checkpoint(
-        "openai-community/gpt2", "607a30d783dfa663caf39e06633721c8d4cfcd7e",
-        "248dfc3911869ec493c76e65bf2fcf7f615828b0254c12b473182f0f81d3a707", "gpt2-124M.safetensors",
-    ),
-    "gpt2-medium": GPT2Checkpoint(  # 1,519,984,962 bytes
-        "openai-community/gpt2-medium", "6dcaa7a952f72f9298047fd5137cd6e4f05f41da",
-        "fc5a354a19255ad494f3d71549390baca1ccf61d1d822b9408971705c687c9cd", "gpt2-medium-355M.safetensors",
-    ),
-    "gpt2-large": GPT2Checkpoint(  # the digest of this revision's file is not pinned yet
-        "openai-community/gpt2-large", "32b71b12589c2f8d625668d2335a01cac3249519", None, "gpt2-large-774M.safetensors",
-    ),
-    "gpt2-xl": GPT2Checkpoint(  # 6.43 GB
-        "openai-community/gpt2-xl", "15ea56dee5df4983c59b2538573817e1667135e2",
-        "0f8b28eb05a8075f48b61b6f35332978c74fc7763fa9fb4051a1c30511736a6a", "gpt2-xl-1558M.safetensors",
-    ),
+#: The four released GPT-2 sizes, by the name of their preset in ``GPT_PRESETS``: the key of the file of
+#: their weights in :data:`~transformer_lib.hub.PINNED_FILES`, which is also the name of its local copy.
+GPT2_CHECKPOINTS: dict[str, str] = {
+    "gpt2": "gpt2-124M.safetensors",
+    "gpt2-medium": "gpt2-medium-355M.safetensors",
+    "gpt2-large": "gpt2-large-774M.safetensors",
+    "gpt2-xl": "gpt2-xl-1558M.safetensors",
 }
-#: The commit of ``openai-community/gpt2`` on the Hugging Face Hub whose files this module pins.
-GPT2_REVISION = GPT2_CHECKPOINTS["gpt2"].revision
-#: Where the weights of the 124M-parameter GPT-2 are downloaded from (a safetensors file).
-GPT2_WEIGHTS_URL = f"https://huggingface.co/openai-community/gpt2/resolve/{GPT2_REVISION}/model.safetensors"
-#: SHA-256 digest of that file (548,105,171 bytes).
-GPT2_WEIGHTS_SHA256 = GPT2_CHECKPOINTS["gpt2"].sha256
 #: The key suffixes of GPT-2's ``Conv1D`` weights, stored (in, out): they are transposed on loading.
 HF_CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -303,7 +272,7 @@ def gpt2_config_from_hf(hf_config) -> GPTConfig:
 def load_gpt2_weights(name: str = "gpt2", path: str | os.PathLike | None = None) -> dict[str, Tensor]:
     """The weights of a GPT-2 released by OpenAI, from the Hugging Face Hub, verified by checksum.
 
-    The file is found by :func:`~transformer_lib.data.fetch` under the local name of
+    The file is found by :func:`~transformer_lib.hub.fetch_pinned` under the local name of
     ``GPT2_CHECKPOINTS[name]`` (``"gpt2-124M.safetensors"`` for ``"gpt2"``): ``path``, else
     ``$TRANSFORMER_LIB_DATA``, else the cache, else a download (548 MB for ``"gpt2"``, without a
     progress bar) of the ``model.safetensors`` of the pinned revision. Its SHA-256 digest must be
@@ -326,13 +295,11 @@ def load_gpt2_weights(name: str = "gpt2", path: str | os.PathLike | None = None)
         ConnectionError: if the download fails (for example offline).
     """
     where = "load_gpt2_weights"
-    checkpoint = GPT2_CHECKPOINTS[check_choice(where, "name", name, GPT2_CHECKPOINTS)]
-    if checkpoint.sha256 is None or checkpoint.revision is None:
+    key = GPT2_CHECKPOINTS[check_choice(where, "name", name, GPT2_CHECKPOINTS)]
+    if PINNED_FILES[key].sha256 is None:
         raise ValueError(
-            f"{where}: no SHA-256 digest of {checkpoint.repo}'s model.safetensors is pinned yet, so name={name!r} "
+            f"{where}: no SHA-256 digest of {PINNED_FILES[key].url} is pinned yet, so name={name!r} "
             "cannot be loaded verified; its shape is GPTConfig.from_preset(name), and a state dict of "
             "transformers' GPT2LMHeadModel loads with GPT.from_hf_gpt2(state_dict, config)"
         )
-    url = f"https://huggingface.co/{checkpoint.repo}/resolve/{checkpoint.revision}/model.safetensors"
-    file = fetch(checkpoint.filename, url, checkpoint.sha256, path=path)
-    return safetensors.torch.load_file(file)
+    return safetensors.torch.load_file(fetch_pinned(key, path=path))

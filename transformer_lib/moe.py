@@ -24,7 +24,6 @@ from torch import Tensor
 from transformer_lib._checks import check_bool, check_float, check_int, check_tensor
 from transformer_lib.block import SwiGLU
 from transformer_lib.llama import Llama, hf_llama_key_map, llama_config_from_hf
-from transformer_lib.multihead import _check_input
 
 
 def top_k_gating(
@@ -179,11 +178,8 @@ class SparseMoE(nn.Module):
         Returns:
             (B, T, d_model) tensor. Sets ``self.router_logits`` (B T, E) and ``self.n_dropped``.
 
-        Raises:
-            TypeError: if ``x`` is not a tensor of the dtype of the parameters.
-            ValueError: if ``x`` is on another device, not (B, T, d_model) or empty.
+        An internal layer of the model, which checks its input ids once, so ``x`` is not checked again.
         """
-        _check_input("SparseMoE.forward", "x", x, self.router.weight, self.d_model)
         shape = x.shape
         x = x.reshape(-1, self.d_model)                                          # (N, C)
         logits = self.router(x)                                                  # (N, E)
@@ -234,10 +230,10 @@ class SparseMoE(nn.Module):
         with torch.no_grad():
             moe.router.weight.copy_(block.gate.weight)
             for e, expert in enumerate(moe.experts):
-                w_gate, w_up = gate_up[e].chunk(2, dim=0)
-                expert.w_gate.weight.copy_(w_gate)
-                expert.w_up.weight.copy_(w_up)
-                expert.w_down.weight.copy_(down[e])
+                gate, up = gate_up[e].chunk(2, dim=0)
+                expert.gate_proj.weight.copy_(gate)
+                expert.up_proj.weight.copy_(up)
+                expert.down_proj.weight.copy_(down[e])
         return moe.train(block.training)
 
 
@@ -301,7 +297,7 @@ def moe_from_hf(model: nn.Module) -> Llama:
 
     The configuration is read by :func:`~transformer_lib.llama.llama_config_from_hf` (with QK-norm),
     so everything it refuses is refused here too; the ``mlp`` of every block is then replaced by
-    :meth:`SparseMoE.from_hf` of the corresponding layer (the configuration's ``d_ff`` is
+    :meth:`SparseMoE.from_hf` of the corresponding layer (the configuration's ``n_inner`` is
     Hugging Face's unused ``intermediate_size``). After a forward pass, ``block.mlp.router_logits``
     of each block feed :func:`load_balancing_loss`. PyTorch's global random state is left as it was.
 

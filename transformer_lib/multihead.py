@@ -22,8 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_float, check_int, check_like, check_tensor
-from transformer_lib.attention import _check_additive_mask, attention_weights, causal_mask
+from transformer_lib._checks import check_bool, check_float, check_int
+from transformer_lib.attention import attention_weights, causal_mask, check_additive_mask
 from transformer_lib.embeddings import apply_rope
 
 
@@ -40,17 +40,9 @@ def split_heads(x: Tensor, n_head: int) -> Tensor:
     Returns:
         (B, h, T, C // h) view of ``x``: ``out[b, i, t, j] == x[b, t, i * (C // h) + j]``.
 
-    Raises:
-        TypeError: if ``x`` is not a tensor or ``n_head`` is not an int.
-        ValueError: if ``x`` is not 3-D, ``n_head < 1`` or C is not divisible by ``n_head``.
+    An internal step of attention, so it checks nothing: the constructor of
+    :class:`MultiHeadAttention` has already checked that ``n_head`` divides ``d_model``.
     """
-    check_tensor("split_heads", "x", x, ndim=3)
-    n_head = check_int("split_heads", "n_head", n_head, minimum=1)
-    if x.size(-1) % n_head != 0:
-        raise ValueError(
-            f"split_heads: n_head must divide the last dimension of x (C), "
-            f"got x.shape={tuple(x.shape)} and n_head={n_head}"
-        )
     return x.unflatten(-1, (n_head, -1)).transpose(1, 2)
 
 
@@ -65,12 +57,7 @@ def merge_heads(x: Tensor) -> Tensor:
 
     Returns:
         (B, T, h * d_k) tensor: ``out[b, t, i * d_k + j] == x[b, i, t, j]``.
-
-    Raises:
-        TypeError: if ``x`` is not a tensor.
-        ValueError: if ``x`` is not 4-D.
     """
-    check_tensor("merge_heads", "x", x, ndim=4)
     return x.transpose(1, 2).flatten(2)
 
 
@@ -146,17 +133,6 @@ def _cpu_has_bfloat16_matmul() -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-def _check_input(where: str, name: str, x, like: Tensor, d_model: int) -> None:
-    """``x`` must be a non-empty (B, L, d_model) tensor with the dtype and device of ``like``.
-
-    Metadata only, so that a forward pass can afford it: a float64 or integer input to a float32
-    module fails here, naming the argument, not in a matmul with "mat1 and mat2 must have the same dtype".
-    """
-    check_like(where, name, x, like)
-    if x.ndim != 3 or x.size(-1) != d_model or x.numel() == 0:
-        check_tensor(where, name, x, shape=(None, None, d_model), nonempty=True)
-
-
 def _check_mask(where: str, name: str, mask, device: torch.device) -> None:
     """A mask must be a bool or floating tensor on ``device``; a floating one without ``+inf`` or NaN (read on the CPU)."""
     if not isinstance(mask, Tensor) or not (mask.dtype == torch.bool or mask.is_floating_point()):
@@ -165,7 +141,7 @@ def _check_mask(where: str, name: str, mask, device: torch.device) -> None:
     if mask.device != device:
         raise ValueError(f"{where}: {name} must be on the device of query, {device}, got {name}.device={mask.device}")
     if mask.is_floating_point():
-        _check_additive_mask(where, name, mask)
+        check_additive_mask(where, name, mask)
 
 
 class MultiHeadAttention(nn.Module):
@@ -272,35 +248,33 @@ class MultiHeadAttention(nn.Module):
             after dropout, as in ``nn.MultiheadAttention``. A query whose keys are all masked gets
             zero weights and a zero attention output.
 
-        Only what costs nothing is checked, since this runs once per layer at every step: the
-        dtype, device, rank, width and emptiness of the inputs (metadata, no data read) and the
-        dtype of the masks. A float mask's values are checked (no ``+inf`` or NaN) on the CPU only
-        and not while compiling.
+        This runs once per layer at every step, inside a model that has checked its input ids,
+        so the inputs are not checked again: a wrong width or dtype fails in the first projection
+        with PyTorch's message. What a user passes only to this module is checked: the masks
+        (dtype and device; a float mask's values, no ``+inf`` or NaN, on the CPU only and not
+        while compiling) and how the batch sizes and the cache fit together.
 
         Raises:
-            TypeError: if an input is not a tensor of the dtype of the parameters (any floating dtype
-                under ``torch.autocast``), or a mask is neither bool nor floating.
-            ValueError: if an input is on another device than the parameters, is not
-                (B, L, d_model) or is empty, ``key_mask`` is not (B, S), a float mask holds ``+inf``
-                or NaN (on the CPU), or ``kv_cache`` is given with a ``key`` or ``value`` (cross-attention).
+            TypeError: if a mask is neither bool nor floating.
+            ValueError: if ``key`` or ``value`` has another batch size (or length) than it should,
+                ``key_mask`` is not (B, S), a mask is on another device than ``query``, a float mask
+                holds ``+inf`` or NaN (on the CPU), or ``kv_cache`` is given with a ``key`` or
+                ``value`` (cross-attention).
         """
-        E, h, w = self.d_model, self.n_head, self.in_proj.weight
+        E, h = self.d_model, self.n_head
         where = "MultiHeadAttention.forward"
         cross = (key is not None and key is not query) or (value is not None and value is not query)
         if kv_cache is not None and cross:
             raise ValueError(f"{where}: kv_cache works with self-attention only; got a key or value")
-        _check_input(where, "query", query, w, E)
         if key is None:
             key = query
         elif key is not query:
-            _check_input(where, "key", key, w, E)
             if key.size(0) != query.size(0):
                 raise ValueError(f"{where}: key must have the batch size of query, got query.shape="
                                  f"{tuple(query.shape)} and key.shape={tuple(key.shape)}")
         if value is None:
             value = key
         elif value is not key and value is not query:
-            _check_input(where, "value", value, w, E)
             if value.shape[:2] != key.shape[:2]:
                 raise ValueError(f"{where}: value must have the (B, S) of key, got key.shape="
                                  f"{tuple(key.shape)} and value.shape={tuple(value.shape)}")

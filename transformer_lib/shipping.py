@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_int, check_path, check_tensor
+from transformer_lib._checks import check_bool, check_int, check_path, check_tensor, check_token_ids
 from transformer_lib.config import GPTConfig
 from transformer_lib.gpt import GPT
 from transformer_lib.utils import atomic_write, eval_mode
@@ -273,10 +273,7 @@ class OnnxGPT:
         if any(f and d != s for f, d, s in zip(fixed, self.input_shape, idx.shape)):
             raise ValueError(f"{where}: idx must have the fixed shape {self.input_shape} of this export, "
                              f"got idx.shape={tuple(idx.shape)}")
-        x = idx.detach().cpu().numpy()
-        lo, hi = int(x.min()), int(x.max())
-        if lo < 0 or hi >= c.vocab_size:
-            raise ValueError(f"{where}: idx must hold ids in [0, vocab_size={c.vocab_size}), "
-                             f"got the id {lo if lo < 0 else hi}")
-        (logits,) = self.session.run(["logits"], {"idx": x})
+        x = idx.detach().cpu()  # what ONNX Runtime reads
+        check_token_ids(where, "idx", x, c.vocab_size)
+        (logits,) = self.session.run(["logits"], {"idx": x.numpy()})
         return torch.from_numpy(logits)
