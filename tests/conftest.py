@@ -1,4 +1,7 @@
-"""Fixtures shared by the unit tests: a tiny configuration, a seeded model, a batch of ids and the reference KV cache."""
+"""Fixtures shared by the unit tests: a tiny configuration, a seeded model, a batch of ids, the reference KV
+cache, and an isolated download cache."""
+
+import urllib.request
 
 import pytest
 import torch
@@ -43,3 +46,18 @@ class ConcatCache:
 def concat_cache():
     """A factory of empty :class:`ConcatCache` objects, the reference cache of the attention tests."""
     return ConcatCache
+
+
+@pytest.fixture
+def isolated(monkeypatch, tmp_path):
+    """No data override, an empty cache under tmp_path, and a network that fails the test if touched."""
+    from transformer_lib.hub import CACHE_ENV, DATA_ENV
+
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the network was touched")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    return tmp_path

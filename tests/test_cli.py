@@ -219,10 +219,10 @@ def test_config_file_sets_the_model(tmp_path, data_file, capsys):
 def _interrupt_at(monkeypatch, step: int, signals: int = 1):
     """Send SIGINT to this process `signals` times during training step `step` (counted from 1).
 
-    The signal is raised from inside ``clip_grad_norm_``, which the loop calls once per step, between
-    the backward pass and the optimizer update: the worst moment for an abrupt stop.
+    The signal is raised from inside ``torch.nn.utils.clip_grad_norm_``, which the loop calls once per
+    step, between the backward pass and the optimizer update: the worst moment for an abrupt stop.
     """
-    real = transformer_lib.training.clip_grad_norm_
+    real = torch.nn.utils.clip_grad_norm_
     calls = []
 
     def clip_grad_norm_(*args, **kwargs):
@@ -232,7 +232,7 @@ def _interrupt_at(monkeypatch, step: int, signals: int = 1):
                 signal.raise_signal(signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(transformer_lib.training, "clip_grad_norm_", clip_grad_norm_)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_grad_norm_)
 
 
 @pytest.mark.slow

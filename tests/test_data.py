@@ -1,11 +1,9 @@
 """Unit tests for transformer_lib.data (chapter 1, "From text to tensors"). No network access."""
 
-import hashlib
 import json
 import os
 import pathlib
 import re
-import urllib.request
 
 import numpy as np
 import pytest
@@ -13,35 +11,7 @@ import torch
 
 import transformer_lib
 from transformer_lib.data import CharTokenizer, get_batch, load_tiny_shakespeare, train_val_split
-from transformer_lib.hub import CACHE_ENV, DATA_ENV, PINNED_FILES
-
-CONTENT = b"To be, or not to be: that is the question.\n"
-DIGEST = hashlib.sha256(CONTENT).hexdigest()
-NAME = "hamlet.txt"
-URL = "https://example.invalid/hamlet.txt"
-
-
-@pytest.fixture
-def isolated(monkeypatch, tmp_path):
-    """No data override, an empty cache under tmp_path, and a network that fails the test if touched."""
-    monkeypatch.delenv(DATA_ENV, raising=False)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-
-    def no_network(*args, **kwargs):
-        raise AssertionError("the network was touched")
-
-    monkeypatch.setattr(urllib.request, "urlopen", no_network)
-    return tmp_path
-
-
-@pytest.fixture
-def local_copy(tmp_path):
-    folder = tmp_path / "data"
-    folder.mkdir()
-    (folder / NAME).write_bytes(CONTENT)
-    return folder
-
-
+from transformer_lib.hub import DATA_ENV, PINNED_FILES
 
 # ---------------------------------------------------------------- the real corpus
 
@@ -94,10 +64,10 @@ def test_load_tiny_shakespeare_paths_of_the_wrong_kind(isolated, tmp_path):
         load_tiny_shakespeare(path=latin1)
 
 
-def test_load_tiny_shakespeare_rejects_wrong_file(isolated, local_copy):
-    (local_copy / "tinyshakespeare.txt").write_bytes(CONTENT)
+def test_load_tiny_shakespeare_rejects_wrong_file(isolated, tmp_path):
+    (tmp_path / "tinyshakespeare.txt").write_bytes(b"To be, or not to be: that is the question.\n")
     with pytest.raises(ValueError, match=PINNED_FILES["tinyshakespeare.txt"].sha256):
-        load_tiny_shakespeare(path=local_copy)
+        load_tiny_shakespeare(path=tmp_path)
 
 
 

@@ -31,19 +31,6 @@ URL = "https://example.invalid/hamlet.txt"
 
 
 @pytest.fixture
-def isolated(monkeypatch, tmp_path):
-    """No data override, an empty cache under tmp_path, and a network that fails the test if touched."""
-    monkeypatch.delenv(DATA_ENV, raising=False)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-
-    def no_network(*args, **kwargs):
-        raise AssertionError("the network was touched")
-
-    monkeypatch.setattr(urllib.request, "urlopen", no_network)
-    return tmp_path
-
-
-@pytest.fixture
 def local_copy(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()

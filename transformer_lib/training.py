@@ -37,7 +37,7 @@ from transformer_lib.checkpoint import check_checkpoint_fits, load_checkpoint, r
 from transformer_lib.config import MAX_BATCH_SIZE, MAX_EVAL_ITERS, MAX_STEPS, GPTConfig, TrainConfig
 from transformer_lib.data import get_batch
 from transformer_lib.gpt import GPT
-from transformer_lib.optim import MuonWithAdamW, clip_grad_norm_, cosine_lr_unchecked, fused_adamw, weight_decay_groups
+from transformer_lib.optim import MuonWithAdamW, cosine_lr_unchecked, fused_adamw, weight_decay_groups
 from transformer_lib.rundir import CHECKPOINT_FILE, METRICS_FILE
 from transformer_lib.utils import eval_mode
 
@@ -301,7 +301,7 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
             _, loss = net(x, y)
         loss.backward()
         if c.grad_clip > 0.0:
-            clip_grad_norm_(model.parameters(), c.grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss_value = loss.item()  # waits for the step to finish, so that its time is measured
