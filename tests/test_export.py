@@ -193,15 +193,18 @@ def test_merged_imports_are_grouped_sorted_and_wrapped():
 
     sys.path.insert(0, str(ROOT / "tools"))
     try:
-        from export import import_block
+        from export import import_records, render_imports
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    nodes = ast.parse("from transformer_lib.config import GPTConfig, MAX_STEPS, gpt_param_count\nimport torch\n"
-                      "from torch import Tensor\nimport os\nfrom collections.abc import Sequence\nimport os\n").body
-    assert import_block(nodes) == (
+
+    def block(source: str) -> str:
+        return render_imports(import_records(ast.parse(source).body, "test"))
+
+    assert block("from transformer_lib.config import GPTConfig, MAX_STEPS, gpt_param_count\nimport torch\n"
+                 "from torch import Tensor\nimport os\nfrom collections.abc import Sequence\nimport os\n") == (
         "import os\nfrom collections.abc import Sequence\n\nimport torch\nfrom torch import Tensor\n\n"
         "from transformer_lib.config import MAX_STEPS, GPTConfig, gpt_param_count")
-    long = import_block(ast.parse("from transformer_lib._checks import " + ", ".join(f"check_{i}" for i in range(20))).body)
+    long = block("from transformer_lib._checks import " + ", ".join(f"check_{i}" for i in range(20)))
     assert long.startswith("from transformer_lib._checks import (\n    check_0,") and long.endswith(",\n)")
     assert all(len(line) <= 120 for line in long.splitlines())
 
