@@ -422,6 +422,23 @@ def test_add_to_class_refuses_to_replace_silently_and_replace_true_replaces_in_p
     assert "has no method `explain` to replace" in export_error(exporter)
 
 
+def test_a_replacement_documented_by_sections_only_keeps_the_replaced_docstring(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        @add_to_class(Layer, replace=True)
+        def describe(self, *, verbose: bool = False) -> str:
+            """Args:
+                verbose: also give the scale.
+            """
+            return f"size={self.size}" + (f", scale={self.scale}" if verbose else "")
+    ''')
+    out = generated(exporter, "base")
+    assert '"""What the layer is.\n\n        Args:\n            verbose: also give the scale.\n        """' in out
+    layer = load(out)["Layer"](3)
+    assert layer.describe() == "size=3" and layer.describe(verbose=True) == "size=3, scale=1.0"
+
+
 def test_extend_adds_a_parameter_its_check_and_its_documentation(exporter, tmp_path):
     write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
     write_chapter(tmp_path, "02_later", None, '''

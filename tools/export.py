@@ -46,7 +46,9 @@ exporter finds its target by name, in whichever module defines it, and writes th
 - `@add_to_class(Cls)` on a function: the function, without the decorator, becomes a method of
   the class `Cls`, appended to the class body (or after the member a line `#| after NAME` right
   above it names). Adding a method the class already has is an error: `replace=True` replaces
-  the existing method in place, `extend=True` appends the function's body to it. An extension is
+  the existing method in place (a replacement whose docstring holds only sections, `Args:` and
+  the like, keeps the replaced method's docstring and adds its entries to it, each new parameter
+  after the one before it in the signature), `extend=True` appends the function's body to it. An extension is
   `def name(self, *args, <new keyword-only parameters>, **kwargs)`: its new parameters join the
   method's signature, its docstring merges into the method's (an `__init__` without one: into
   the class docstring), and its body's opening lines that repeat a line of the method's body

@@ -378,7 +378,21 @@ def apply_method_patch(module: ModuleText, patch: Patch) -> None:
     if not isinstance(existing, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise ExportError(f"{where}: `{patch.target}` has no method `{node.name}` to {patch.mode}")
     if patch.mode == "replace":
+        old_doc, new_doc = docstring_of(existing), docstring_of(node)
+        merge = old_doc is not None and new_doc is not None and not _docstring_parts(new_doc)[0]
+        old_text = module.lines[old_doc.lineno - 1 : old_doc.end_lineno] if merge else []
+        old_names = {x.arg for x in existing.args.posonlyargs + existing.args.args + existing.args.kwonlyargs}
         module.replace(start_line(existing), existing.end_lineno, patch.source(body_indent))
+        if merge:  # a docstring of sections only adds them to the replaced method's docstring
+            doc = docstring_of(_members(module.top(patch.target, (ast.ClassDef,)))[node.name])
+            module.replace(doc.lineno, doc.end_lineno, old_text)
+            anchors, previous = {}, None
+            for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                if arg.arg not in old_names:
+                    anchors[arg.arg] = previous
+                previous = arg.arg
+            doc = docstring_of(_members(module.top(patch.target, (ast.ClassDef,)))[node.name])
+            merge_docstring(module, doc, new_doc, anchors, where)
         return
     # extend: the method's body, then the patch's; new keyword-only parameters join the signature
     a = node.args
