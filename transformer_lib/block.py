@@ -218,8 +218,8 @@ class FeedForward(nn.Module):
     Args:
         d_model: input and output width C.
         d_ff: hidden width; defaults to ``4 * d_model``.
-        activation: ``"relu"``, ``"gelu"`` (exact), ``"gelu_tanh"`` (GPT-2's approximation) or
-            ``"relu2"`` (ReLU squared).
+        activation: a name in ``ACTIVATIONS``: ``"relu"``, ``"gelu"`` (exact) or ``"gelu_tanh"``
+            (GPT-2's approximation).
         dropout: probability of zeroing a hidden unit during training, in [0, 1).
         bias: whether ``fc1`` and ``fc2`` have biases.
 
@@ -345,7 +345,7 @@ class TransformerBlock(nn.Module):
         d_ff: hidden width of the feed-forward network; defaults to ``4 * d_model``.
         dropout: dropout probability on the attention weights, the FFN's hidden units and both
             residual branches, in [0, 1).
-        activation: ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"relu2"``.
+        activation: a name in ``ACTIVATIONS``, as for :class:`FeedForward`.
         norm_first: True for pre-LN, False for post-LN.
         bias: whether the linear layers and the layer normalisations have biases.
         eps: the layer normalisations' epsilon.

@@ -41,12 +41,14 @@ def _gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-def _relu2(x: Tensor) -> Tensor:  # ReLU squared (So et al. 2021), measured in Chapter 21
-    return F.relu(x).square()
-
-
 #: The activations by name: what a configuration's ``activation`` (Chapter 6) may name.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "relu2": _relu2}
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": _gelu_tanh,
+    # ReLU squared (So et al. 2021), Chapter 21
+    "relu2": lambda x: F.relu(x).square(),
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,8 @@ class GPTConfig(JSONConfig):
         dropout: dropout probability on the embeddings, attention weights, hidden units and
             residual branches, in [0, 1).
         bias: whether the linear layers and layer normalisations have biases (GPT-2: True).
-        activation: the feed-forward activation, ``"gelu"`` (exact), ``"gelu_tanh"`` (GPT-2's
-            weights were trained with it), ``"relu"`` or ``"relu2"`` (ReLU squared).
+        activation: the feed-forward activation, a name in ``ACTIVATIONS``: ``"gelu"`` (exact),
+            ``"gelu_tanh"`` (GPT-2's weights were trained with it) or ``"relu"``.
         layer_norm_eps: the layer normalisations' epsilon (> 0).
         position: ``"learned"``, a learned position embedding ``wpe`` (GPT-2), or ``"rope"``, rotary
             angles applied to the queries and keys in every block and no ``wpe`` (the head width
