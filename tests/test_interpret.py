@@ -133,7 +133,7 @@ def test_trace_shorter_sequence(model):
 
 
 def test_trace_bad_inputs(model, idx):
-    with pytest.raises(TypeError, match="trace: model must be a transformer_lib GPT"):
+    with pytest.raises(TypeError, match="trace: model must be a transformer_lib CausalLM"):
         trace(torch.nn.Linear(2, 2), idx)
     # idx is checked once, by GPT.forward
     with pytest.raises(TypeError, match="idx"):
@@ -202,7 +202,7 @@ def test_logit_lens_last_layer_equals_logits(model, idx):
 
 
 def test_logit_lens_bad_inputs(model):
-    with pytest.raises(TypeError, match="logit_lens: model must be a transformer_lib GPT"):
+    with pytest.raises(TypeError, match="logit_lens: model must be a transformer_lib CausalLM"):
         logit_lens("gpt", torch.zeros(2, 32))
     with pytest.raises(TypeError, match="logit_lens: hidden must be a floating-point tensor.*int64"):
         logit_lens(model, torch.zeros(2, 32, dtype=torch.long))

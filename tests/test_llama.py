@@ -312,7 +312,7 @@ def test_bad_generate_and_cache_arguments():
         model.generate(idx, -1)
     cache = model.new_kv_cache(1, 16)
     model(torch.zeros(1, 10, dtype=torch.long), kv_cache=cache)
-    with pytest.raises(ValueError, match="10 cached"):
+    with pytest.raises(ValueError, match="kv_cache holds 10 positions and idx adds T=7"):
         model(torch.zeros(1, 7, dtype=torch.long), kv_cache=cache)
     with pytest.raises(ValueError, match="one cache per block"):
         model(idx, kv_cache=KVCache(2, 1, 2, 8, 16))

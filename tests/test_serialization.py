@@ -152,7 +152,7 @@ def test_metadata_is_recorded(tmp_path):
     model.save_pretrained(tmp_path, metadata={"step": "200"})
     meta = read_header(tmp_path / WEIGHTS_NAME)["__metadata__"]
     assert meta["step"] == "200" and meta["format"] == SAFETENSORS_FORMAT and meta["dtype"] == "float32"
-    assert json.loads(meta["config"]) == model.config.to_dict()
+    assert json.loads(meta["config"]) == {"model_type": "gpt", **model.config.to_dict()}
 
 
 def test_checksums_cover_every_stored_tensor_and_the_metadata(saved):
@@ -364,7 +364,7 @@ def test_config_json_not_utf8_or_a_directory(saved):
     _, directory = saved
     path = directory / CONFIG_NAME
     path.write_bytes(b'{"n_layer": 2, "\xff": 1}')
-    with pytest.raises(ValueError, match=f"load_pretrained_state: .*{CONFIG_NAME} is not a valid GPT "
+    with pytest.raises(ValueError, match=f"load_pretrained_state: .*{CONFIG_NAME} is not a valid model "
                                          "configuration: .*utf-8"):
         GPT.from_pretrained(directory)
     path.unlink()
@@ -462,10 +462,10 @@ def test_foreign_config(saved):
     _, directory = saved
     hf_style = {"model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12}
     (directory / CONFIG_NAME).write_text(json.dumps(hf_style))
-    with pytest.raises(ValueError, match=r"config.json is not a valid GPT configuration: .*unknown keys"):
+    with pytest.raises(ValueError, match=r"config.json is not a valid model configuration: model_type must be one of \['gpt'\], got model_type='gpt2'"):
         load_pretrained_state(directory)
     (directory / CONFIG_NAME).write_text("not json")
-    with pytest.raises(ValueError, match="config.json is not a valid GPT configuration"):
+    with pytest.raises(ValueError, match="config.json is not a valid model configuration"):
         load_pretrained_state(directory)
     GPTConfig.from_preset("tiny", n_layer=1).to_json(directory / CONFIG_NAME)
     with pytest.raises(ValueError, match="config.json and .*model.safetensors come from different models"):

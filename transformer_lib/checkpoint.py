@@ -26,7 +26,7 @@ from torch import Tensor
 
 from transformer_lib._checks import check_int, check_path, check_types, describe
 from transformer_lib.config import GPTConfig, TrainConfig
-from transformer_lib.utils import atomic_write, state_sha256, tensor_sha256
+from transformer_lib.utils import JSONConfig, atomic_write, state_sha256, tensor_sha256
 
 #: The format marker that :func:`save_checkpoint` writes and :func:`load_checkpoint` requires.
 CHECKPOINT_FORMAT = "transformer_lib.checkpoint/1"
@@ -78,7 +78,7 @@ def _plain(where: str, value, trail: str):
 
 
 def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-                    model_config: GPTConfig, train_config: TrainConfig, generator: torch.Generator,
+                    model_config: JSONConfig, train_config: TrainConfig, generator: torch.Generator,
                     metrics: dict | None = None) -> None:
     """Write a training checkpoint atomically (a temporary file, then ``os.replace``), with its SHA-256.
 
@@ -92,7 +92,8 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         path: the checkpoint file.
         model, optimizer: the model and its optimizer.
         step: the number of optimizer steps taken (>= 0).
-        model_config, train_config: the :class:`GPTConfig` and the :class:`TrainConfig`.
+        model_config, train_config: the model's configuration (a :class:`GPTConfig`, a ``LlamaConfig``;
+            its class name is recorded as ``model_config_class``) and the :class:`TrainConfig`.
         generator: the generator that draws the training batches.
         metrics: optional dict of plain values: None, bools, numbers, strings, and lists, tuples and
             dicts (with str keys) of them. NumPy scalars and 0-d tensors become Python numbers.
@@ -107,7 +108,7 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
     w = "save_checkpoint"
     path = check_path(w, "path", path, kind="output")
     check_types(w, model=(model, nn.Module), optimizer=(optimizer, torch.optim.Optimizer),
-                 model_config=(model_config, GPTConfig), train_config=(train_config, TrainConfig),
+                 model_config=(model_config, JSONConfig), train_config=(train_config, TrainConfig),
                  generator=(generator, torch.Generator), metrics=(metrics, (dict, type(None))))
     step = check_int(w, "step", step, minimum=0)
     metrics = _plain(w, {} if metrics is None else metrics, "metrics")
@@ -117,7 +118,8 @@ def save_checkpoint(path, *, model: nn.Module, optimizer: torch.optim.Optimizer,
         raise TypeError(f"{w}: model.state_dict() must map names to tensors, got {type(state[odd]).__name__} "
                         f"for {odd!r}")
     checkpoint = {"format": CHECKPOINT_FORMAT, "model": state, "optimizer": optimizer.state_dict(),
-                  "step": step, "model_config": model_config.to_dict(), "train_config": train_config.to_dict(),
+                  "step": step, "model_config": model_config.to_dict(),
+                  "model_config_class": type(model_config).__name__, "train_config": train_config.to_dict(),
                   "rng": _rng_states(generator), "metrics": metrics,
                   "model_sha256": {name: tensor_sha256(t) for name, t in state.items()}}
     try:
@@ -194,7 +196,11 @@ def _check_checkpoint(path, c: dict) -> None:
         raise _invalid(path, "'optimizer' must be an optimizer state dict (with 'state' and 'param_groups')")
     if isinstance(c["step"], bool) or not isinstance(c["step"], int) or c["step"] < 0:
         raise _invalid(path, f"'step' must be an int >= 0, got {describe(c['step'])}")
-    for key, cls in (("model_config", GPTConfig), ("train_config", TrainConfig)):
+    model_config_class = c.get("model_config_class", "GPTConfig")  # checkpoints written before it was recorded: GPTs
+    if not isinstance(model_config_class, str) or not isinstance(c["model_config"], dict):
+        raise _invalid(path, "'model_config' must be a dict and 'model_config_class' a class name")
+    checked = [("train_config", TrainConfig)] + ([("model_config", GPTConfig)] if model_config_class == "GPTConfig" else [])
+    for key, cls in checked:  # another model's configuration is checked by its class, in train()
         try:
             cls.from_dict(c[key])
         except (TypeError, ValueError) as err:

@@ -21,7 +21,8 @@ from torch import Tensor
 
 from transformer_lib._checks import check_int, check_tensor
 from transformer_lib.attention import attention_weights
-from transformer_lib.gpt import GPT
+from transformer_lib.block import TransformerBlock
+from transformer_lib.causal_lm import CausalLM
 from transformer_lib.multihead import split_heads
 from transformer_lib.utils import eval_mode
 
@@ -47,14 +48,19 @@ class Trace:
     logits: Tensor
 
 
-def _check_model(where: str, model) -> GPT:
-    if not isinstance(model, GPT):
-        raise TypeError(f"{where}: model must be a transformer_lib GPT, got {type(model).__name__}")
+def _check_model(where: str, model) -> CausalLM:
+    """``model``, if it is a :class:`~transformer_lib.causal_lm.CausalLM` built of Chapter 5's blocks, whose
+    ``ln1``, ``attn.in_proj`` and ``ln2`` the hooks read, with a final ``ln_f`` (a GPT); else a TypeError."""
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"{where}: model must be a transformer_lib CausalLM, got {type(model).__name__}")
+    if not all(isinstance(b, TransformerBlock) for b in model.blocks) or not hasattr(model, "ln_f"):
+        raise TypeError(f"{where}: model must be built of Chapter 5's TransformerBlock with a final ln_f, as a GPT, "
+                        f"got a {type(model).__name__} of {type(model.blocks[0]).__name__}")
     return model
 
 
 @torch.no_grad()
-def trace(model: GPT, idx: Tensor) -> Trace:
+def trace(model: CausalLM, idx: Tensor) -> Trace:
     """Run ``model(idx)`` once, recording the residual stream and the attention weights with hooks.
 
     Forward hooks on each of ``model.blocks`` keep the block's input and output, a pre-hook on its
@@ -190,7 +196,7 @@ def pca(x: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @torch.no_grad()
-def logit_lens(model: GPT, hidden: Tensor) -> Tensor:
+def logit_lens(model: CausalLM, hidden: Tensor) -> Tensor:
     """Read next-token logits from any point of the residual stream: ``lm_head(ln_f(hidden))``.
 
     The model's final layer normalisation and output head applied to an intermediate residual

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -31,11 +31,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import (
-    check_bool, check_choice, check_float, check_int, check_tensor, check_token_ids, describe,
-)
+from transformer_lib._checks import check_bool, check_choice, check_float, check_int, check_tensor, describe
 from transformer_lib.block import RMSNorm, SwiGLU
-from transformer_lib.generation import KVCache, generate
+from transformer_lib.causal_lm import CausalLM
 from transformer_lib.utils import JSONConfig
 
 
@@ -377,13 +375,15 @@ class LlamaBlock(nn.Module):
 _ROPE_TABLE_POSITIONS = 65536
 
 
-class Llama(nn.Module):
+class Llama(CausalLM):
     """A decoder-only language model of the Llama family: Llama 2/3, SmolLM2, Qwen3.
 
     ``idx`` (B, T) -> ``tok_emb`` -> ``n_layer`` :class:`LlamaBlock` (RoPE inside attention, no
     position embedding) -> ``norm`` (RMSNorm) -> ``lm_head`` -> logits (B, T, vocab_size).
     Initialisation: the weights of every ``nn.Linear`` and ``nn.Embedding`` from N(0, 0.02^2),
-    biases 0, normalisation gains 1 (Hugging Face's ``initializer_range`` of 0.02).
+    biases 0, normalisation gains 1 (Hugging Face's ``initializer_range`` of 0.02). A
+    :class:`~transformer_lib.causal_lm.CausalLM`: ``forward`` (checks, loss), ``generate``, ``num_params``,
+    ``save_pretrained`` and ``from_pretrained`` come from the base.
 
     Args:
         config: a :class:`LlamaConfig`.
@@ -406,11 +406,12 @@ class Llama(nn.Module):
         TypeError: if ``config`` is not a :class:`LlamaConfig`.
     """
 
+    config_class = LlamaConfig
+    model_type = "llama"
+
     def __init__(self, config: LlamaConfig):
-        super().__init__()
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"Llama: config must be a LlamaConfig, got config={type(config).__name__}")
-        c = self.config = config
+        super().__init__(config)
+        c = self.config
         self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
         self.blocks = nn.ModuleList(LlamaBlock(c) for _ in range(c.n_layer))
         self.norm = RMSNorm(c.n_embd, eps=c.norm_eps)
@@ -439,29 +440,8 @@ class Llama(nn.Module):
         self._set_rope_tables()
         return self
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, *, kv_cache=None) -> tuple[Tensor, Tensor | None]:
-        """Next-token logits for every position, and the loss if targets are given.
-
-        Args:
-            idx: (B, T) int64 token ids in ``[0, vocab_size)``, ``T >= 1`` and at most
-                ``block_size`` with the cached positions; the id range is checked for CPU tensors.
-            targets: optional (B, T) int64 ids of the next tokens, or -1 at positions to leave out
-                of the loss.
-            kv_cache: optional :class:`~transformer_lib.generation.KVCache` from
-                :meth:`new_kv_cache`; ``idx`` then holds the positions after its ``length`` cached ones.
-
-        Returns:
-            ``(logits, loss)``: logits (B, T, vocab_size) in the dtype of the parameters; loss the
-            mean cross-entropy (a 0-d tensor) or None without targets.
-
-        Raises:
-            TypeError: if ``idx`` or ``targets`` is not an int64 tensor, or ``kv_cache`` is not a cache.
-            ValueError: if ``idx`` is not 2-D or has no positions, is longer than ``block_size``
-                (with the cached positions), is on another device than the model, or holds an id
-                outside ``[0, vocab_size)``; if ``targets`` has another shape or device or an id
-                outside ``[-1, vocab_size)``; if ``kv_cache`` does not have one layer per block.
-        """
-        past = self._check_inputs(idx, targets, kv_cache)
+    def _residual_stream(self, idx: Tensor, past: int, kv_cache) -> Tensor:
+        """Token embeddings and the blocks, RoPE from position ``past``: idx (B, T) -> (B, T, n_embd)."""
         T = idx.size(1)
         x = self.tok_emb(idx)
         if past + T <= self.rope_cos.size(0):  # the angles of positions past .. past + T - 1
@@ -473,87 +453,15 @@ class Llama(nn.Module):
         caches = [None] * len(self.blocks) if kv_cache is None else kv_cache
         for block, layer_cache in zip(self.blocks, caches):
             x = block(x, cos, sin, layer_cache)
-        logits = self.lm_head(self.norm(x))
-        if targets is None:
-            return logits, None
-        return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
+        return x
 
-    def _check_inputs(self, idx, targets, kv_cache) -> int:
-        """Validate the inputs of :meth:`forward`; return the number of cached positions."""
-        w, c = "Llama.forward", self.config
-        check_token_ids(w, "idx", idx, c.vocab_size, ndim=2)  # the range on the CPU only: reading waits for a device
-        past = 0
-        if kv_cache is not None:
-            past = getattr(kv_cache, "length", None)
-            if not isinstance(past, int) or isinstance(past, bool) or not hasattr(kv_cache, "__len__"):
-                raise TypeError(f"{w}: kv_cache must be a KVCache (see Llama.new_kv_cache), got {type(kv_cache).__name__}")
-            if len(kv_cache) != c.n_layer:
-                raise ValueError(f"{w}: kv_cache must hold one cache per block ({c.n_layer}), got {len(kv_cache)}")
-        if past + idx.size(1) > c.block_size:
-            raise ValueError(
-                f"{w}: idx must have at most block_size={c.block_size} positions"
-                + (f" with the {past} cached ones" if past else "") + f", got idx.shape={tuple(idx.shape)}"
-            )
-        device = self.tok_emb.weight.device
-        if idx.device != device:
-            raise ValueError(f"{w}: idx must be on the model's device {device}, got idx.device={idx.device}")
-        if targets is not None:
-            check_token_ids(w, "targets", targets, c.vocab_size, shape=tuple(idx.shape), ignore_index=-1)
-            if targets.device != idx.device:
-                raise ValueError(f"{w}: targets must be on the device of idx, {idx.device}, got targets.device={targets.device}")
-        return past
+    def _logits(self, x: Tensor) -> Tensor:
+        """The output layer: (B, T, n_embd) -> ``lm_head(norm(x))``, (B, T, vocab_size)."""
+        return self.lm_head(self.norm(x))
 
     def kv_cache_geometry(self) -> tuple[int, int, int]:
-        """(layers, key-value heads, head size): what Chapter 12's ``KVCache.for_model`` allocates for this model."""
+        """(layers, key-value heads, head size): the cache holds ``n_kv_head`` heads per layer, not ``n_head``."""
         return self.config.n_layer, self.config.n_kv_head, self.config.d_head
-
-    def new_kv_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
-        """An empty :class:`~transformer_lib.generation.KVCache` of ``n_kv_head`` heads per layer (``KVCache.for_model``).
-
-        Args:
-            batch_size: number of sequences (>= 1).
-            max_len: positions to allocate, ``1 .. block_size``; defaults to ``block_size``.
-        """
-        return KVCache.for_model(self, batch_size, max_len)
-
-    @torch.no_grad()
-    def generate(
-        self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-        top_p: float | None = None, use_cache: bool = True, generator: torch.Generator | None = None,
-        callback: Callable[[Tensor], None] | None = None,
-    ) -> Tensor:
-        """Continue the token ids ``idx`` by ``max_new_tokens`` tokens: Chapter 12's ``generate``, as ``GPT.generate``.
-
-        At each step the model reads at most the last ``block_size`` tokens, and
-        :func:`~transformer_lib.generation.sample_next` draws the next token from the last logits.
-        With ``use_cache`` the keys and values of earlier positions stay in a
-        :class:`~transformer_lib.generation.KVCache` of ``n_kv_head`` heads per layer, so a step
-        runs the model on one new token (past ``block_size`` the cache is rebuilt from the window,
-        as for ``GPT``). Both ways give the same tokens, up to rounding in the logits. The model is
-        in evaluation mode while it generates and gets its previous mode back.
-
-        Args:
-            idx: (B, T) int64 token ids in ``[0, vocab_size)``, T >= 1, on the model's device.
-            max_new_tokens: how many tokens to append (>= 0).
-            temperature: >= 0; 0 is greedy decoding.
-            top_k: optional, sample only from the ``top_k`` most likely tokens (>= 1).
-            top_p: optional, sample only from the smallest set of most likely tokens whose
-                probability is at least ``top_p``, in (0, 1].
-            use_cache: keep the keys and values of earlier positions.
-            generator: optional ``torch.Generator`` on the model's device, for reproducible sampling.
-            callback: optional function called with each new (B, 1) column of tokens.
-
-        Returns:
-            (B, T + max_new_tokens) int64 tensor: ``idx`` followed by the new tokens.
-
-        Raises:
-            TypeError: if ``idx`` is not an int64 tensor or an argument has the wrong type.
-            ValueError: if ``idx`` is not (B, T) with B, T >= 1, is on another device or holds an
-                id outside the vocabulary (checked on a CPU), an argument is out of range, or the
-                output and the cache cannot fit in the device's memory.
-        """
-        return generate(self, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                        use_cache=use_cache, generator=generator, callback=callback)
 
     @classmethod
     def from_hf(cls, model: nn.Module) -> "Llama":
@@ -578,8 +486,7 @@ class Llama(nn.Module):
             raise TypeError(f"Llama.from_hf: model must be a {' or a '.join(HF_CLASSES)}, got {name}")
         config = llama_config_from_hf(model.config, qk_norm=HF_CLASSES[name])
         weight = model.get_input_embeddings().weight
-        with torch.random.fork_rng(devices=[]):
-            ours = cls(config).to(device=weight.device, dtype=weight.dtype)
+        ours = cls._new(config).to(device=weight.device, dtype=weight.dtype)
         load_hf_llama_state_dict(ours, model.state_dict())
         return ours.eval()
 

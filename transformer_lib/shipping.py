@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_int, check_path, check_tensor, check_token_ids
+from transformer_lib.causal_lm import CausalLM
 from transformer_lib.config import GPTConfig
-from transformer_lib.gpt import GPT
 from transformer_lib.utils import atomic_write, eval_mode
 
 
@@ -84,17 +84,18 @@ def _checksum_path(path: Path) -> Path:
     return path.with_name(path.name + CHECKSUM_SUFFIX)
 
 
-def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq_len: int | None = None,
+def export_onnx(model: CausalLM, path: str | os.PathLike, *, batch_size: int = 2, seq_len: int | None = None,
                 dynamic: bool = True, opset: int = 18) -> None:
-    """Export a GPT to an ONNX file that maps ``idx`` (B, T) int64 to ``logits`` (B, T, V) float.
+    """Export a model (a GPT, a Llama) to an ONNX file that maps ``idx`` (B, T) int64 to ``logits`` (B, T, V) float.
 
     The graph is traced from ``model`` itself by ``torch.onnx.export(..., dynamo=True)``
     (``torch.export``, then onnxscript), in eval mode, so dropout is absent; the model's previous
-    mode is restored afterwards. The ``None`` loss of ``GPT.forward`` is not a graph output. With
+    mode is restored afterwards. The ``None`` loss of ``CausalLM.forward`` is not a graph output. With
     ``dynamic=True`` the batch axis (named ``batch``, from 1) and the sequence axis (``seq``, from
     1 to ``block_size``) are symbolic; with ``dynamic=False`` the graph accepts only
     ``(batch_size, seq_len)``. The weights are stored inside the file (no external data file), the
-    configuration as JSON in the metadata entry ``transformer_lib.config``. The debugging metadata
+    configuration as JSON in the metadata entry ``transformer_lib.config`` and the model's
+    ``model_type`` in ``transformer_lib.model_type``. The debugging metadata
     that the exporter attaches to each node (the PyTorch stack trace, with file paths of the
     exporting machine) is removed. The model is checked with
     ``onnx.checker.check_model(full_check=True)``, then written atomically
@@ -114,15 +115,15 @@ def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq
 
     Raises:
         ImportError: if onnx, onnxscript or onnxruntime is missing (``pip install 'transformer_lib[onnx]'``).
-        TypeError: if ``model`` is not a :class:`~transformer_lib.gpt.GPT` or an argument has the
+        TypeError: if ``model`` is not a :class:`~transformer_lib.causal_lm.CausalLM` or an argument has the
             wrong type.
         ValueError: if ``batch_size``, ``seq_len`` or ``opset`` is out of range.
         IsADirectoryError, FileNotFoundError, NotADirectoryError: if ``path`` is a directory, or its
             folder is missing or a file (the message names it).
     """
     where = "export_onnx"
-    if not isinstance(model, GPT):
-        raise TypeError(f"{where}: model must be a GPT, got {type(model).__name__}")
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"{where}: model must be a transformer_lib CausalLM (a GPT, a Llama), got {type(model).__name__}")
     path = check_path(where, "path", path, kind="output")
     dynamic = check_bool(where, "dynamic", dynamic)
     low, block_size = (2 if dynamic else 1), model.config.block_size
@@ -152,7 +153,8 @@ def export_onnx(model: GPT, path: str | os.PathLike, *, batch_size: int = 2, seq
         for node in function:
             node.metadata_props.clear()
     program.model.metadata_props["transformer_lib.config"] = json.dumps(model.config.to_dict())
-    program.model.doc_string = "transformer_lib GPT: idx (batch, seq) int64 -> logits (batch, seq, vocab) float"
+    program.model.metadata_props["transformer_lib.model_type"] = model.model_type
+    program.model.doc_string = f"transformer_lib {type(model).__name__}: idx (batch, seq) int64 -> logits (batch, seq, vocab) float"
     proto = program.model_proto
     onnx.checker.check_model(proto, full_check=True)
     data = proto.SerializeToString()
@@ -243,6 +245,10 @@ class OnnxGPT:
         if stored is None or [i.name for i in inputs] != ["idx"]:
             raise ValueError(f"{where}: {os.fspath(path)} was not written by export_onnx (no transformer_lib.config "
                              "metadata or no single input named idx)")
+        kind = self.session.get_modelmeta().custom_metadata_map.get("transformer_lib.model_type", "gpt")
+        if kind != "gpt":
+            raise ValueError(f"{where}: {os.fspath(path)} holds a model of model_type {kind!r}; OnnxGPT runs GPTs "
+                             "(run another model's file with onnxruntime.InferenceSession)")
         try:
             self.config = GPTConfig.from_dict(json.loads(stored))
         except (TypeError, ValueError) as err:  # json.JSONDecodeError is a ValueError

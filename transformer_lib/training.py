@@ -33,10 +33,10 @@ from tqdm import tqdm
 from transformer_lib._checks import (
     check_bool, check_device, check_float, check_int, check_path, check_tensor, check_token_ids, check_types,
 )
+from transformer_lib.causal_lm import CausalLM
 from transformer_lib.checkpoint import check_checkpoint_fits, load_checkpoint, restore_checkpoint, save_checkpoint
-from transformer_lib.config import MAX_BATCH_SIZE, MAX_EVAL_ITERS, MAX_STEPS, GPTConfig, TrainConfig
+from transformer_lib.config import MAX_BATCH_SIZE, MAX_EVAL_ITERS, MAX_STEPS, TrainConfig
 from transformer_lib.data import get_batch
-from transformer_lib.gpt import GPT
 from transformer_lib.optim import MuonWithAdamW, cosine_lr_unchecked, fused_adamw, weight_decay_groups
 from transformer_lib.rundir import CHECKPOINT_FILE, METRICS_FILE
 from transformer_lib.utils import eval_mode
@@ -153,10 +153,10 @@ def estimate_loss(model: nn.Module, data: Tensor, *, block_size: int, batch_size
     return losses.mean().item()
 
 
-def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig, *, out_dir=None,
+def train(model: CausalLM, train_data: Tensor, val_data: Tensor, config: TrainConfig, *, out_dir=None,
           resume: bool = False, progress: bool = True, stop_at: int | None = None,
           should_stop: Callable[[], bool] | None = None) -> list[dict]:
-    """Train a GPT with gradient clipping and the optimizer and schedule of ``config``, resumable bit for bit.
+    """Train a language model (a GPT, a Llama) with gradient clipping and the optimizer and schedule of ``config``, resumable bit for bit.
 
     By default the optimizer is AdamW with a linear warm-up and a cosine decay over ``config.max_steps``.
 
@@ -174,7 +174,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     step, the ones it came with if none completed.
 
     Args:
-        model: the :class:`GPT`, moved to ``config.device``.
+        model: a :class:`~transformer_lib.causal_lm.CausalLM` (a GPT, a Llama), moved to ``config.device``.
         train_data: (N,) integer token ids in ``[0, vocab_size)`` to train on, ``N > block_size``.
         val_data: (M,) integer token ids in ``[0, vocab_size)`` to evaluate on, ``M > block_size``.
         config: the :class:`TrainConfig`.
@@ -198,7 +198,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         OSError: if ``out_dir`` is a file or cannot be created.
     """
     w = "train"
-    check_types(w, model=(model, GPT), config=(config, TrainConfig))
+    check_types(w, model=(model, CausalLM), config=(config, TrainConfig))
     resume, progress = check_bool(w, "resume", resume), check_bool(w, "progress", progress)
     if should_stop is not None and not callable(should_stop):
         raise TypeError(f"{w}: should_stop must be a callable returning bool, or None, got {type(should_stop).__name__}")
@@ -226,7 +226,9 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
     if resume:
         path = out_dir / CHECKPOINT_FILE
         checkpoint = load_checkpoint(path)  # verified and validated; restores nothing yet
-        if GPTConfig.from_dict(checkpoint["model_config"]) != model.config:  # fields added later take defaults
+        config_class = type(model.config)  # the checkpoint's class first; fields added later take defaults
+        if checkpoint.get("model_config_class", "GPTConfig") != config_class.__name__ \
+                or config_class.from_dict(checkpoint["model_config"]) != model.config:
             raise ValueError(f"{w}: {path} was written for "
                              f"model_config={checkpoint['model_config']}, not {model.config.to_dict()}")
         check_checkpoint_fits(path, checkpoint, model=model)
@@ -242,7 +244,7 @@ def train(model: GPT, train_data: Tensor, val_data: Tensor, config: TrainConfig,
         raise
 
 
-def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig, *, out_dir, checkpoint,
+def _train_loop(model: CausalLM, train_data: Tensor, val_data: Tensor, c: TrainConfig, *, out_dir, checkpoint,
                 end: int, progress: bool, should_stop, rank: int, world: int) -> list[dict]:
     """The loop of :func:`train`, on validated arguments."""
     writer = rank == 0 and out_dir is not None  # only rank 0 writes files
@@ -333,7 +335,7 @@ def _train_loop(model: GPT, train_data: Tensor, val_data: Tensor, c: TrainConfig
     return history
 
 
-def _make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.Optimizer:
+def _make_optimizer(model: CausalLM, config: TrainConfig) -> torch.optim.Optimizer:
     """The optimizer that :func:`train` steps: for ``config.optimizer="adamw"`` :func:`fused_adamw` on the
     groups of :func:`weight_decay_groups`, for ``"muon"`` :class:`~transformer_lib.optim.MuonWithAdamW`."""
     if config.optimizer == "muon":  # float32 Newton-Schulz on a CPU: bfloat16 is fast there only with bfloat16 instructions
