@@ -12,19 +12,22 @@ import torch
 
 import transformer_lib
 from transformer_lib.block import SwiGLU
-from transformer_lib.embeddings import apply_rope, rope_angles
+from transformer_lib.embeddings import (
+    apply_rope,
+    apply_rope_half,
+    interleaved_to_half,
+    rope_angles,
+    rope_cos_sin,
+    rope_inv_freq,
+)
 from transformer_lib.generation import KVCache
 from transformer_lib.llama import (
     GroupedQueryAttention,
     Llama,
     LlamaConfig,
-    apply_rope_half,
     hf_llama_key_map,
-    interleaved_to_half,
     llama_config_from_hf,
     load_hf_llama_state_dict,
-    rope_cos_sin,
-    rope_inv_freq,
 )
 
 transformers = pytest.importorskip("transformers")

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from transformer_lib.llama import rope_inv_freq
+from transformer_lib.embeddings import rope_inv_freq
 from transformer_lib.moe import (
     SparseMoE,
     expert_capacity,

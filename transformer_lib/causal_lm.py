@@ -33,16 +33,16 @@ class CausalLM(nn.Module):
 
     A causal language model maps token ids (B, T) to next-token logits (B, T, vocab_size), where the
     logits at position t depend only on the tokens up to t. The base owns what does not depend on the
-    architecture: :meth:`forward` with its checks of the inputs and of a key-value cache and the loss,
+    architecture: :meth:`forward` with its checks of the inputs and the loss,
     :meth:`num_params`, building a model without touching PyTorch's global random state, and
     :meth:`save_pretrained` and :meth:`from_pretrained`, which record the kind of model in
-    ``config.json`` and dispatch on it. Chapter 12 adds ``generate``, ``new_kv_cache`` and
-    ``kv_cache_geometry``.
+    ``config.json`` and dispatch on it. Chapter 12 adds a key-value cache to ``forward``, and
+    ``generate``, ``new_kv_cache`` and ``kv_cache_geometry``.
 
     A subclass sets the class attributes ``config_class`` (a :class:`~transformer_lib.utils.JSONConfig`
     dataclass with at least ``vocab_size``, ``block_size``, ``n_layer``, ``n_head`` and ``n_embd``) and
     ``model_type`` (the name that ``config.json`` records), builds an ``nn.ModuleList`` ``blocks`` and
-    an output layer ``lm_head``, and defines ``_residual_stream(idx, past, kv_cache)``, the final
+    an output layer ``lm_head``, and defines ``_residual_stream(idx)``, the final
     residual stream (B, T, C), and ``_logits(x)``, the output layer.
 
     Args:
@@ -71,9 +71,7 @@ class CausalLM(nn.Module):
                             f"got config={type(config).__name__}")
         self.config = config
 
-    def forward(
-        self, idx: Tensor, targets: Tensor | None = None, *, kv_cache=None
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, kv_cache=None) -> tuple[Tensor, Tensor | None]:
         """Next-token logits for every position, and the loss if targets are given.
 
         Traceable by ``torch.compile``, ``torch.export`` and ``torch.onnx.export``: the checks of
@@ -87,53 +85,43 @@ class CausalLM(nn.Module):
                 at positions to leave out of the loss (nanoGPT's ``ignore_index=-1``). Their range
                 is checked like that of ``idx``.
             kv_cache: optional cache of the keys and values of the P positions before ``idx``, for
-                generation, such as Chapter 12's :class:`~transformer_lib.generation.KVCache`: an
-                object with an int attribute ``length`` (P) that holds one cache per block,
-                ``kv_cache[i]``, each with an ``update(k, v)`` method that the attention calls.
-                ``idx`` then holds the tokens at positions ``P .. P + T - 1``, with ``P + T <= block_size``.
+                generation, such as :class:`~transformer_lib.generation.KVCache`: an object with an int
+                attribute ``length`` (P) that holds one cache per block, ``kv_cache[i]``, each with an
+                ``update(k, v)`` method that the attention calls. ``idx`` then holds the tokens at
+                positions ``P .. P + T - 1``, with ``P + T <= block_size``, and ``logits[b, t]`` depends
+                on the cached positions too.
 
         Returns:
             ``(logits, loss)``: logits (B, T, vocab_size) in the dtype of the parameters, where
-            ``logits[b, t]`` depends only on ``idx[b, :t + 1]`` (and the cached positions); loss
-            the mean cross-entropy over the positions whose target is not -1 (a 0-d tensor), or
-            None without targets. If every target is -1 there is nothing to average: CPU targets
+            ``logits[b, t]`` depends only on ``idx[b, :t + 1]``; loss the mean cross-entropy over the
+            positions whose target is not -1 (a 0-d tensor), or None without targets. If every target is -1 there is nothing to average: CPU targets
             are refused, on an accelerator (not checked, to avoid a sync) the loss is NaN.
 
         Raises:
-            TypeError: if ``idx`` or ``targets`` is not an int64 tensor, or ``kv_cache`` lacks an
-                int attribute ``length`` or a ``len()``.
-            ValueError: if ``idx`` is not 2-D, has no positions or more than ``block_size`` (with
-                the cached ones), is on another device than the model, holds an id outside
-                ``[0, vocab_size)``, ``targets`` has another shape or device, an id outside
-                ``[-1, vocab_size)`` or only -1, or ``kv_cache`` does not hold one cache per block.
+            TypeError: if ``idx`` or ``targets`` is not an int64 tensor.
+            ValueError: if ``idx`` is not 2-D, has no positions or more than ``block_size``, is on
+                another device than the model, holds an id outside ``[0, vocab_size)``, or ``targets``
+                has another shape or device, an id outside ``[-1, vocab_size)`` or only -1.
+            TypeError: also if ``kv_cache`` lacks an int attribute ``length`` or a ``len()``.
+            ValueError: also if ``kv_cache`` does not hold one cache per block, or has no room for ``idx``.
         """
-        past = self._check_inputs(idx, targets, kv_cache)
-        logits = self._logits(self._residual_stream(idx, past, kv_cache))  # (B, T, vocab_size)
+        self._check_inputs(idx, targets)
+        if kv_cache is None:
+            x = self._residual_stream(idx)
+        else:
+            x = self._residual_stream(idx, self._check_cache(kv_cache, idx.size(1)), kv_cache)
+        logits = self._logits(x)  # (B, T, vocab_size)
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
 
-    def _check_inputs(self, idx, targets, kv_cache) -> int:
-        """Validate the inputs of :meth:`forward`; return the number of cached positions."""
+    def _check_inputs(self, idx, targets) -> None:
+        """Validate the inputs of :meth:`forward`."""
         w, c = f"{type(self).__name__}.forward", self.config
         check_token_ids(w, "idx", idx, c.vocab_size, ndim=2)
-        past = 0
-        if kv_cache is not None:
-            past = getattr(kv_cache, "length", None)
-            if isinstance(past, bool) or not isinstance(past, int) or not hasattr(kv_cache, "__len__"):
-                raise TypeError(f"{w}: kv_cache must hold one layer cache per block and have an int attribute "
-                                f"length, got kv_cache={type(kv_cache).__name__}")
-            if len(kv_cache) != len(self.blocks):
-                raise ValueError(f"{w}: kv_cache must hold one cache per block ({len(self.blocks)}), got {len(kv_cache)}")
-        T = idx.size(1)
-        if T > c.block_size:
+        if idx.size(1) > c.block_size:
             raise ValueError(
                 f"{w}: idx must have at most block_size={c.block_size} positions, got idx.shape={tuple(idx.shape)}"
-            )
-        if past + T > c.block_size:
-            raise ValueError(
-                f"{w}: kv_cache holds {past} positions and idx adds T={T}, {past + T} in all, but "
-                f"block_size={c.block_size}; start a new cache from the last block_size tokens"
             )
         device = self.lm_head.weight.device
         if idx.device != device:
@@ -147,7 +135,6 @@ class CausalLM(nn.Module):
                     f"{w}: targets must hold at least one id that is not -1, got every target -1 (ignored), "
                     "so the loss would average over nothing (NaN)"
                 )
-        return past
 
     def num_params(self, non_embedding: bool = True) -> int:
         """The number of parameters, a tied embedding and output layer counted once.
@@ -227,6 +214,22 @@ class CausalLM(nn.Module):
         model = model_class._new(config).to(next(iter(state.values())).dtype)
         model.load_state_dict(state, strict=True)  # copies in place: a tied weight stays one tensor
         return model.to(device).eval()
+
+    def _check_cache(self, kv_cache, T: int) -> int:
+        """Validate ``kv_cache`` for :meth:`forward` with ``T`` new positions; return the number of cached ones."""
+        w, c = f"{type(self).__name__}.forward", self.config
+        past = getattr(kv_cache, "length", None)
+        if isinstance(past, bool) or not isinstance(past, int) or not hasattr(kv_cache, "__len__"):
+            raise TypeError(f"{w}: kv_cache must hold one layer cache per block and have an int attribute "
+                        f"length, got kv_cache={type(kv_cache).__name__}")
+        if len(kv_cache) != len(self.blocks):
+            raise ValueError(f"{w}: kv_cache must hold one cache per block ({len(self.blocks)}), got {len(kv_cache)}")
+        if past + T > c.block_size:
+            raise ValueError(
+                f"{w}: kv_cache holds {past} positions and idx adds T={T}, {past + T} in all, but "
+            f"block_size={c.block_size}; start a new cache from the last block_size tokens"
+            )
+        return past
 
     def kv_cache_geometry(self) -> tuple[int, int, int]:
         """(layers, key-value heads, head size) of the model's :class:`~transformer_lib.generation.KVCache`:
