@@ -224,3 +224,19 @@ def test_onnx_runner_verifies_the_checksum_before_loading(onnx_packages, tmp_pat
         OnnxGPT(path, sha256=digest, verify=False)
     with pytest.raises(TypeError, match="OnnxGPT: verify"):
         OnnxGPT(path, verify="no")
+
+
+def test_a_llama_exports_and_runs_in_onnx_runtime(tmp_path, onnx_packages):
+    from transformer_lib.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=65, n_embd=32, n_layer=2, n_head=4, n_kv_head=2, n_inner=64,
+                              block_size=16, qk_norm=True)).eval()
+    path = tmp_path / "llama.onnx"
+    export_onnx(model, path)
+    runner = OnnxGPT(path)
+    assert runner.config == model.config  # read back as a LlamaConfig, from the recorded model_type
+    for seq in (16, 5, 1):  # the exported graph takes any length up to block_size
+        x = ids(2, seq)
+        with torch.no_grad():
+            torch.testing.assert_close(runner(x), model(x)[0], rtol=1e-4, atol=1e-5)  # float32 kernels differ

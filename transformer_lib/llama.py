@@ -227,14 +227,14 @@ class GroupedQueryAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope_half(q.transpose(1, 2), cos, sin)  # (B, h, T, hd)
         k = apply_rope_half(k.transpose(1, 2), cos, sin)  # (B, h_kv, T, hd)
-        past = 0
+        mask, causal = None, True  # a whole sequence (a single position sees itself either way)
         if kv_cache is not None:
             past = kv_cache.length
             k, v = kv_cache.update(k, v)  # (B, h_kv, past + T, hd)
-        if past == 0 or T == 1:  # a whole sequence (causal), or one new token that sees everything
-            mask, causal = None, past == 0 and T > 1
-        else:  # new queries at positions past .. past + T - 1 see the keys up to their own position
-            mask, causal = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past), False
+            if past > 0:  # new queries at positions past .. past + T - 1 see the keys up to their own
+                causal = False  # (one new token sees every key: no mask)
+                if T > 1:
+                    mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

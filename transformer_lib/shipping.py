@@ -25,7 +25,6 @@ from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_int, check_path, check_tensor, check_token_ids
 from transformer_lib.causal_lm import CausalLM
-from transformer_lib.config import GPTConfig
 from transformer_lib.utils import atomic_write, eval_mode
 
 
@@ -195,7 +194,8 @@ class OnnxGPT:
         verify: False runs the file without checking it (for ONNX files from elsewhere).
 
     Attributes:
-        config: the :class:`~transformer_lib.config.GPTConfig` stored in the file.
+        config: the configuration stored in the file (a :class:`~transformer_lib.config.GPTConfig` for a GPT,
+            a :class:`~transformer_lib.llama.LlamaConfig` for a Llama: the file records its ``model_type``).
         input_shape: the graph's input shape, ``("batch", "seq")`` when dynamic or two ints.
         session: the ``onnxruntime.InferenceSession``.
 
@@ -246,11 +246,11 @@ class OnnxGPT:
             raise ValueError(f"{where}: {os.fspath(path)} was not written by export_onnx (no transformer_lib.config "
                              "metadata or no single input named idx)")
         kind = self.session.get_modelmeta().custom_metadata_map.get("transformer_lib.model_type", "gpt")
-        if kind != "gpt":
-            raise ValueError(f"{where}: {os.fspath(path)} holds a model of model_type {kind!r}; OnnxGPT runs GPTs "
-                             "(run another model's file with onnxruntime.InferenceSession)")
+        if kind not in CausalLM.model_classes:
+            raise ValueError(f"{where}: {os.fspath(path)} holds a model of model_type {kind!r}, not one of "
+                             f"{sorted(CausalLM.model_classes)}")
         try:
-            self.config = GPTConfig.from_dict(json.loads(stored))
+            self.config = CausalLM.model_classes[kind].config_class.from_dict(json.loads(stored))
         except (TypeError, ValueError) as err:  # json.JSONDecodeError is a ValueError
             raise ValueError(f"{where}: the configuration stored in {os.fspath(path)} is not valid: {err}") from None
         self.input_shape = tuple(inputs[0].shape)
