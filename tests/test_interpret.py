@@ -282,3 +282,18 @@ def test_trace_of_the_shipped_model():
     assert layer == 0 and prev[layer, head] > 0.8, prev
     entropy = attention_entropy(tr.attn[layer, :, head])
     assert entropy.mean() < 0.5  # e^H close to one key
+
+
+@pytest.mark.parametrize("options", [dict(position="rope"), dict(position="rope", qk_norm=True)])
+def test_trace_weights_are_the_models_own_with_rope_and_qk_norm(options, idx):
+    """With rotary positions and QK-norm, the recorded weights times the values, through out_proj, are the
+    attention branch the block added to the stream (hidden_mid - hidden, in eval mode)."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig.from_preset("tiny", **options))
+    tr = trace(m, idx)
+    c = m.config
+    with torch.no_grad():
+        for l, block in enumerate(m.blocks):
+            v = split_heads(block.attn.in_proj(block.ln1(tr.hidden[l]))[..., 2 * c.n_embd:], c.n_head)
+            branch = block.attn.out_proj(merge_heads(tr.attn[l] @ v))
+            torch.testing.assert_close(branch, tr.hidden_mid[l] - tr.hidden[l], atol=1e-5, rtol=0)

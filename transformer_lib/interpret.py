@@ -20,10 +20,8 @@ import torch
 from torch import Tensor
 
 from transformer_lib._checks import check_int, check_tensor
-from transformer_lib.attention import attention_weights
 from transformer_lib.block import TransformerBlock
 from transformer_lib.causal_lm import CausalLM
-from transformer_lib.multihead import split_heads
 from transformer_lib.utils import eval_mode
 
 
@@ -65,9 +63,9 @@ def trace(model: CausalLM, idx: Tensor) -> Trace:
 
     Forward hooks on each of ``model.blocks`` keep the block's input and output, a pre-hook on its
     ``ln2`` the stream between attention and feed-forward network, and a hook on its ``attn`` the
-    attention's input ``ln1(x)``, from which the causal attention weights are computed with the
-    attention's ``in_proj``, :func:`~transformer_lib.multihead.split_heads` and
-    :func:`~transformer_lib.attention.attention_weights`. The forward pass itself is the model's,
+    attention's input ``ln1(x)`` and keyword arguments; the attention is then called once more on
+    them with ``need_weights=True`` for its weights per head, so that they are the ones the model
+    used, rotary positions and QK-norm included. The forward pass itself is the model's,
     unchanged, so ``logits`` is exactly ``model(idx)[0]``. The model is in eval mode for the call
     (its previous mode is restored), no gradients are recorded, and the hooks are removed
     afterwards, also when the forward pass raises.
@@ -94,22 +92,24 @@ def trace(model: CausalLM, idx: Tensor) -> Trace:
             hidden.append(args[0])  # x^(0), the embedding
         hidden.append(output)
 
+    def keep_attn_input(attn, args, kwargs, output):  # attn(ln1(x), is_causal=True, rope=...)
+        attn_inputs.append((args[0], kwargs))
+
     handles = []
     try:
         for block in model.blocks:
             handles.append(block.register_forward_hook(keep_block))
             handles.append(block.ln2.register_forward_pre_hook(lambda ln2, args: mid.append(args[0])))
-            handles.append(block.attn.register_forward_hook(lambda attn, args, out: attn_inputs.append(args[0])))
+            handles.append(block.attn.register_forward_hook(keep_attn_input, with_kwargs=True))
         with eval_mode(model):
             logits, _ = model(idx)
+            for handle in handles:
+                handle.remove()
+            weights = [block.attn(h, **{**kwargs, "need_weights": True, "average_attn_weights": False})[1]
+                       for block, (h, kwargs) in zip(model.blocks, attn_inputs)]  # (B, n_head, T, T) each
     finally:
         for handle in handles:
             handle.remove()
-    weights = []
-    for block, h in zip(model.blocks, attn_inputs):  # h = ln1(x): (B, T, C)
-        q, k, _ = block.attn.in_proj(h).chunk(3, dim=-1)  # rows of in_proj: queries, keys, values
-        n_head = block.attn.n_head
-        weights.append(attention_weights(split_heads(q, n_head), split_heads(k, n_head), is_causal=True))
     return Trace(torch.stack(hidden), torch.stack(mid), torch.stack(weights), logits)
 
 
