@@ -94,8 +94,9 @@ class CausalLM(nn.Module):
         Returns:
             ``(logits, loss)``: logits (B, T, vocab_size) in the dtype of the parameters, where
             ``logits[b, t]`` depends only on ``idx[b, :t + 1]``; loss the mean cross-entropy over the
-            positions whose target is not -1 (a 0-d tensor), or None without targets. If every target is -1 there is nothing to average: CPU targets
-            are refused, on an accelerator (not checked, to avoid a sync) the loss is NaN.
+            positions whose target is not -1 (a 0-d tensor), or None without targets. If every target
+            is -1 there is nothing to average: CPU targets are refused, on an accelerator (not
+            checked, to avoid a sync) the loss is NaN.
 
         Raises:
             TypeError: if ``idx`` or ``targets`` is not an int64 tensor.

@@ -96,20 +96,18 @@ def trace(model: CausalLM, idx: Tensor) -> Trace:
         attn_inputs.append((args[0], kwargs))
 
     handles = []
-    try:
-        for block in model.blocks:
-            handles.append(block.register_forward_hook(keep_block))
-            handles.append(block.ln2.register_forward_pre_hook(lambda ln2, args: mid.append(args[0])))
-            handles.append(block.attn.register_forward_hook(keep_attn_input, with_kwargs=True))
-        with eval_mode(model):
+    with eval_mode(model):
+        try:
+            for block in model.blocks:
+                handles.append(block.register_forward_hook(keep_block))
+                handles.append(block.ln2.register_forward_pre_hook(lambda ln2, args: mid.append(args[0])))
+                handles.append(block.attn.register_forward_hook(keep_attn_input, with_kwargs=True))
             logits, _ = model(idx)
+        finally:
             for handle in handles:
                 handle.remove()
-            weights = [block.attn(h, **{**kwargs, "need_weights": True, "average_attn_weights": False})[1]
-                       for block, (h, kwargs) in zip(model.blocks, attn_inputs)]  # (B, n_head, T, T) each
-    finally:
-        for handle in handles:
-            handle.remove()
+        weights = [block.attn(h, **{**kwargs, "need_weights": True, "average_attn_weights": False})[1]
+                   for block, (h, kwargs) in zip(model.blocks, attn_inputs)]  # (B, n_head, T, T) each
     return Trace(torch.stack(hidden), torch.stack(mid), torch.stack(weights), logits)
 
 
