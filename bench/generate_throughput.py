@@ -8,7 +8,7 @@ Each contender generates ``--new-tokens`` tokens greedily (batch 1) after the sa
 - ``hf-gpt2``: Hugging Face's ``GPT2LMHeadModel.generate(..., do_sample=False, use_cache=True)``.
 
 All three hold the same weights (ours are loaded from the Hugging Face model with
-``GPT.from_hf_gpt2``), so they must produce the same tokens; the script checks that and reports it.
+``GPT.from_hf``), so they must produce the same tokens; the script checks that and reports it.
 After a warm-up the contenders take turns (interleaved rounds, so that drift of the machine's speed
 affects all of them alike), and the reported ratios are medians of the per-round ratios.
 
@@ -51,7 +51,7 @@ def build_models(seed: int) -> tuple[GPT, torch.nn.Module]:
         n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD, vocab_size=VOCAB_SIZE, block_size=BLOCK_SIZE,
         dropout=0.0, bias=True, activation="gelu_tanh",  # GPT-2's activation, as in the HF model
     )
-    ours = GPT.from_hf_gpt2(hf.state_dict(), config).eval()
+    ours = GPT.from_hf(hf.state_dict(), config).eval()
     return ours, hf
 
 

@@ -13,7 +13,7 @@ from transformer_lib.causal_lm import CausalLM
 from transformer_lib.checkpoint import load_checkpoint
 from transformer_lib.config import GPTConfig, TrainConfig
 from transformer_lib.gpt import GPT
-from transformer_lib.interpret import trace
+from transformer_lib.interpret import logit_lens, trace
 from transformer_lib.llama import Llama, LlamaConfig
 from transformer_lib.rundir import CHECKPOINT_FILE
 from transformer_lib.serialization import CONFIG_NAME
@@ -102,6 +102,19 @@ def test_train_trains_a_small_llama_and_resumes(tmp_path):
               out_dir=tmp_path, progress=False, resume=True)
 
 
-def test_trace_refuses_a_llama_clearly():
-    with pytest.raises(TypeError, match="trace: model must be built of Chapter 5's TransformerBlock .* Llama of LlamaBlock"):
-        trace(small_llama(), torch.zeros(1, 4, dtype=torch.long))
+def test_trace_and_logit_lens_read_a_llama():
+    model = small_llama(qk_norm=True)
+    idx = torch.randint(0, SMALL.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    tr = trace(model, idx)
+    assert tr.attn.shape == (SMALL.n_layer, 2, SMALL.n_head, 9, 9)
+    assert torch.equal(tr.logits, model(idx)[0])
+    assert torch.equal(logit_lens(model, tr.hidden[-1]), tr.logits)
+    with pytest.raises(TypeError, match="trace: model must be a transformer_lib CausalLM"):
+        trace(torch.nn.Linear(2, 2), idx)
+
+
+def test_from_pretrained_of_a_missing_directory_names_it(tmp_path):
+    for cls in (CausalLM, Llama):
+        with pytest.raises(FileNotFoundError, match=rf"{cls.__name__}.from_pretrained: name_or_dir must be a directory "
+                                                     r"written by save_pretrained, got name_or_dir='.*nowhere'"):
+            cls.from_pretrained(tmp_path / "nowhere")

@@ -402,6 +402,29 @@ def test_add_to_class_appends_a_method_to_the_class_of_another_chapter(exporter,
     assert load(out)["Layer"](3, scale=2.0).volume() == 6.0
 
 
+def test_a_patch_moves_its_string_pieces_but_not_the_inside_of_a_multiline_string(exporter, tmp_path):
+    write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
+    write_chapter(tmp_path, "02_later", None, '''
+        #| export
+        from base import Layer
+        from transformer_lib.utils import add_to_class
+
+
+        @add_to_class(Layer)
+        def message(self) -> str:
+            """Two strings."""
+            joined = ("a"
+                      "b")
+            block = """x
+        y"""
+            return joined + block
+    ''')
+    out = generated(exporter, "base")
+    assert '\n        joined = ("a"\n                  "b")\n' in out  # the second piece moved with the code
+    assert '"""x\ny"""' in out  # the inside of the string did not
+    assert load(out)["Layer"](3).message() == "abx\ny"
+
+
 def test_add_to_class_refuses_to_replace_silently_and_replace_true_replaces_in_place(exporter, tmp_path):
     write_chapter(tmp_path, "01_base", "base", BASE_CLASS)
     later = write_chapter(tmp_path, "02_later", None, '''

@@ -493,7 +493,7 @@ def test_multihead_attention_qk_norm_equals_grouped_query_attention_with_qk_norm
     x = 3 * torch.randn(B, T, C, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     cos, sin = torch.ones(T, hd // 2, dtype=torch.float64), torch.zeros(T, hd // 2, dtype=torch.float64)
     with torch.no_grad():
-        expected = gqa(x, cos, sin)  # cos 1, sin 0: its RoPE is the identity
+        expected = gqa(x, cos, sin)[0]  # cos 1, sin 0: its RoPE is the identity
         out, _ = mha(x, is_causal=True)
         mha.qk_norm = False
         without, _ = mha(x, is_causal=True)

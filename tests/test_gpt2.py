@@ -5,6 +5,7 @@ touches the network.
 """
 
 import ast
+import copy
 import hashlib
 import inspect
 import re
@@ -140,8 +141,8 @@ def test_key_map_rejects_bad_n_layer(bad, error):
 # ---------------------------------------------------------------- conversion
 
 
-def test_from_hf_gpt2_copies_every_tensor_exactly(hf, hf_sd):
-    model = GPT.from_hf_gpt2(hf.state_dict(), our_config())
+def test_from_hf_copies_every_tensor_exactly(hf, hf_sd):
+    model = GPT.from_hf(hf.state_dict(), our_config())
     assert isinstance(model, GPT)
     params = dict(model.named_parameters())
     for hf_key, ours in hf_gpt2_key_map(N_LAYER).items():
@@ -151,10 +152,22 @@ def test_from_hf_gpt2_copies_every_tensor_exactly(hf, hf_sd):
     assert torch.equal(model.lm_head.weight, hf_sd["lm_head.weight"])
 
 
+def test_from_hf_reads_a_model_or_a_state_dict_with_its_config(hf):
+    from_model = GPT.from_hf(hf)
+    assert from_model.config == gpt2_config_from_hf(hf.config) and not from_model.training
+    assert params_equal(from_model, GPT.from_hf(hf.state_dict(), gpt2_config_from_hf(hf.config)))
+    double = GPT.from_hf(copy.deepcopy(hf).to(torch.float64))
+    assert double.wte.weight.dtype == torch.float64  # the checkpoint's dtype
+    with pytest.raises(TypeError, match="GPT.from_hf: config is required with a state dict"):
+        GPT.from_hf(hf.state_dict())
+    with pytest.raises(TypeError, match="GPT.from_hf: model must be a transformers GPT-2 model or its state dict, got str"):
+        GPT.from_hf("gpt2")
+
+
 @pytest.mark.parametrize("dtype", list(ATOL))
 def test_logits_equal_transformers(dtype, idx):
     hf = small_hf_model()
-    model = GPT.from_hf_gpt2(hf.state_dict(), gpt2_config_from_hf(hf.config)).eval()
+    model = GPT.from_hf(hf.state_dict(), gpt2_config_from_hf(hf.config)).eval()
     hf, model = hf.to(dtype), model.to(dtype)
     with torch.no_grad():
         ours, ref = model(idx)[0], hf(idx).logits
@@ -163,7 +176,7 @@ def test_logits_equal_transformers(dtype, idx):
 
 
 def test_loss_equals_transformers(hf, idx):
-    model = GPT.from_hf_gpt2(hf.state_dict(), our_config()).eval()
+    model = GPT.from_hf(hf.state_dict(), our_config()).eval()
     with torch.no_grad():
         _, loss = model(idx[:, :-1], targets=idx[:, 1:])
         ref = hf(idx, labels=idx).loss  # transformers shifts the labels itself
@@ -180,7 +193,7 @@ def test_float32_checkpoint_loads_into_float64_model(hf, idx):
 
 
 def test_greedy_tokens_identical(hf, idx):
-    model = GPT.from_hf_gpt2(hf.state_dict(), our_config()).eval()
+    model = GPT.from_hf(hf.state_dict(), our_config()).eval()
     prompt = idx[:, :6]
     ours = greedy(lambda x: model(x)[0], prompt, 20)
     ref = greedy(lambda x: hf(x).logits, prompt, 20)
@@ -189,8 +202,8 @@ def test_greedy_tokens_identical(hf, idx):
 
 
 def test_exact_gelu_gives_different_logits(hf, idx):
-    tanh = GPT.from_hf_gpt2(hf.state_dict(), our_config()).eval()
-    exact = GPT.from_hf_gpt2(hf.state_dict(), our_config(activation="gelu")).eval()
+    tanh = GPT.from_hf(hf.state_dict(), our_config()).eval()
+    exact = GPT.from_hf(hf.state_dict(), our_config(activation="gelu")).eval()
     with torch.no_grad():
         assert (tanh(idx)[0] - exact(idx)[0]).abs().max() > 10 * ATOL[torch.float32]
 
@@ -201,14 +214,14 @@ def test_keys_without_prefix_and_buffers_are_accepted(hf, hf_sd):
     for i in range(N_LAYER):
         raw[f"h.{i}.attn.bias"] = torch.ones(N_POS, N_POS).tril().view(1, 1, N_POS, N_POS)
         raw[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
-    assert params_equal(GPT.from_hf_gpt2(raw, our_config()), GPT.from_hf_gpt2(hf_sd, our_config()))
+    assert params_equal(GPT.from_hf(raw, our_config()), GPT.from_hf(hf_sd, our_config()))
 
 
 def test_gpt2model_state_dict_loads(hf):
     """GPT2Model (no LM head) names its tensors without the prefix."""
     raw = hf.transformer.state_dict()
     assert "wte.weight" in raw
-    assert params_equal(GPT.from_hf_gpt2(raw, our_config()), GPT.from_hf_gpt2(hf.state_dict(), our_config()))
+    assert params_equal(GPT.from_hf(raw, our_config()), GPT.from_hf(hf.state_dict(), our_config()))
 
 
 # ---------------------------------------------------------------- loader errors
@@ -217,25 +230,25 @@ def test_gpt2model_state_dict_loads(hf):
 def test_missing_keys_are_listed(hf_sd):
     sd = {k: v for k, v in hf_sd.items() if k != "transformer.h.1.mlp.c_fc.bias"}
     with pytest.raises(ValueError, match=r"no value for 1 parameters.*blocks\.1\.mlp\.fc1\.bias"):
-        GPT.from_hf_gpt2(sd, our_config())
+        GPT.from_hf(sd, our_config())
 
 
 def test_unexpected_keys_are_listed(hf_sd):
     sd = {**hf_sd, "transformer.h.0.attn.q_attn.weight": torch.zeros(N_EMBD, N_EMBD)}
     with pytest.raises(ValueError, match=r"1 keys that are not parameters.*transformer\.h\.0\.attn\.q_attn\.weight"):
-        GPT.from_hf_gpt2(sd, our_config())
+        GPT.from_hf(sd, our_config())
 
 
 def test_extra_blocks_are_unexpected_and_absent_blocks_missing(hf_sd):
     with pytest.raises(ValueError, match=r"12 keys that are not parameters of a GPT-2 with n_layer=1.*transformer\.h\.1\.ln_1\.weight"):
-        GPT.from_hf_gpt2(hf_sd, our_config(n_layer=1))
+        GPT.from_hf(hf_sd, our_config(n_layer=1))
     with pytest.raises(ValueError, match=r"no value for 12 parameters.*blocks\.2\.ln1\.weight"):
-        GPT.from_hf_gpt2(hf_sd, our_config(n_layer=3))
+        GPT.from_hf(hf_sd, our_config(n_layer=3))
 
 
 def test_shape_mismatch_names_key_and_both_shapes(hf_sd):
     with pytest.raises(ValueError, match=re.escape("transformer.wte.weight -> wte.weight: ours (512, 32), the checkpoint's (512, 64)")):
-        GPT.from_hf_gpt2(hf_sd, our_config(n_embd=32))
+        GPT.from_hf(hf_sd, our_config(n_embd=32))
 
 
 def test_shape_mismatch_after_transpose_is_described(hf_sd):
@@ -245,7 +258,7 @@ def test_shape_mismatch_after_transpose_is_described(hf_sd):
         "transformer.h.0.mlp.c_fc.weight -> blocks.0.mlp.fc1.weight: ours (256, 64), "
         "the checkpoint's (64, 256) after the Conv1D transpose"
     )):
-        GPT.from_hf_gpt2(sd, our_config())
+        GPT.from_hf(sd, our_config())
 
 
 def test_failed_load_leaves_model_unchanged(hf_sd):
@@ -259,19 +272,19 @@ def test_failed_load_leaves_model_unchanged(hf_sd):
 
 def test_bias_false_config_is_rejected(hf_sd):
     with pytest.raises(ValueError, match="model.config.bias must be True"):
-        GPT.from_hf_gpt2(hf_sd, our_config(bias=False))
+        GPT.from_hf(hf_sd, our_config(bias=False))
 
 
 def test_untied_head_is_rejected(hf_sd):
     sd = {**hf_sd, "lm_head.weight": hf_sd["lm_head.weight"] + 1.0}
     with pytest.raises(ValueError, match=r"lm_head\.weight.*differs from the token embedding"):
-        GPT.from_hf_gpt2(sd, our_config())
+        GPT.from_hf(sd, our_config())
 
 
 def test_same_tensor_under_two_names_is_rejected(hf_sd):
     sd = {**hf_sd, "wpe.weight": hf_sd["transformer.wpe.weight"]}
     with pytest.raises(ValueError, match=r"holds 'wpe\.weight' twice"):
-        GPT.from_hf_gpt2(sd, our_config())
+        GPT.from_hf(sd, our_config())
 
 
 def test_loader_type_errors(hf_sd):
@@ -358,7 +371,7 @@ def test_load_gpt2_weights_reads_the_verified_file(fake_gpt2_file, hf_sd):
     for loaded in (load_gpt2_weights("gpt2"), load_gpt2_weights(path=fake_gpt2_file)):
         raw = hub_layout(hf_sd)
         assert loaded.keys() == raw.keys() and all(torch.equal(loaded[k], raw[k]) for k in raw)
-        assert params_equal(GPT.from_hf_gpt2(loaded, our_config()), GPT.from_hf_gpt2(hf_sd, our_config()))
+        assert params_equal(GPT.from_hf(loaded, our_config()), GPT.from_hf(hf_sd, our_config()))
 
 
 def test_from_pretrained_by_name_equals_transformers(fake_gpt2_file, hf, idx):

@@ -297,3 +297,56 @@ def test_trace_weights_are_the_models_own_with_rope_and_qk_norm(options, idx):
             v = split_heads(block.attn.in_proj(block.ln1(tr.hidden[l]))[..., 2 * c.n_embd:], c.n_head)
             branch = block.attn.out_proj(merge_heads(tr.attn[l] @ v))
             torch.testing.assert_close(branch, tr.hidden_mid[l] - tr.hidden[l], atol=1e-5, rtol=0)
+
+
+def test_trace_hidden_mid_is_what_ln2_reads(model, idx):
+    """hidden_mid (the block's input plus the attention's output) is the stream ln2 sees, bit for bit."""
+    seen = []
+    handles = [block.ln2.register_forward_pre_hook(lambda ln2, args: seen.append(args[0])) for block in model.blocks]
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(trace(model, idx).hidden_mid, torch.stack(seen))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_trace_of_a_llama_matches_hugging_face(kind):
+    """A Llama (shared key-value heads; Qwen3 also QK-norm) traced by hooks, against transformers' own
+    attention weights and hidden states (eager attention, output_attentions/output_hidden_states)."""
+    transformers = pytest.importorskip("transformers")
+    from transformer_lib.llama import Llama
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=61, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=32)
+    if kind == "llama":
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common, attn_implementation="eager"))
+    else:
+        hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common, head_dim=8, attn_implementation="eager"))
+    with torch.no_grad():  # larger weights than the initialisation, so that attention is far from uniform
+        for name, p in hf.named_parameters():
+            if "norm" not in name:
+                p.mul_(6.0)
+    hf.eval()
+    ours = Llama.from_hf(hf)
+    idx = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(1))
+    tr = trace(ours, idx)
+    with torch.no_grad():
+        out = hf(idx, output_attentions=True, output_hidden_states=True)
+    torch.testing.assert_close(tr.attn, torch.stack(out.attentions), atol=1e-5, rtol=0)
+    # transformers' last hidden state has the final norm applied; the others are the residual stream
+    torch.testing.assert_close(tr.hidden[:-1], torch.stack(out.hidden_states[:-1]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tr.logits, out.logits, atol=1e-4, rtol=1e-5)
+    assert torch.equal(logit_lens(ours, tr.hidden[-1]), tr.logits)
+    seen = []
+    handles = [b.mlp_norm.register_forward_pre_hook(lambda norm, args: seen.append(args[0])) for b in ours.blocks]
+    try:
+        with torch.no_grad():
+            ours(idx)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(tr.hidden_mid, torch.stack(seen))

@@ -277,6 +277,19 @@ def test_from_hf_wrong_class_and_config_dict():
         llama_config_from_hf({**d, "model_type": "mistral"})
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_from_hf_takes_a_state_dict_with_its_config(kind):
+    hf = hf_model(kind, dtype=torch.float64)
+    from_model = Llama.from_hf(hf)
+    from_state = Llama.from_hf(hf.state_dict(), from_model.config)
+    assert from_state.tok_emb.weight.dtype == torch.float64 and not from_state.training
+    assert all(torch.equal(a, b) for a, b in zip(from_model.state_dict().values(), from_state.state_dict().values()))
+    with pytest.raises(TypeError, match="Llama.from_hf: config is required with a state dict"):
+        Llama.from_hf(hf.state_dict())
+    with pytest.raises(TypeError, match="Llama.from_hf: model must be a LlamaForCausalLM or a Qwen3ForCausalLM or its state dict, got str"):
+        Llama.from_hf("SmolLM2")
+
+
 def test_state_dict_errors():
     hf = hf_model("llama")
     model = Llama.from_hf(hf)
@@ -331,4 +344,4 @@ def test_gqa_module_against_repeated_heads():
     v = attn.v_proj(x).view(2, 6, 2, 8).transpose(1, 2).repeat_interleave(4, 1)
     y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     ref = attn.o_proj(y.transpose(1, 2).reshape(2, 6, 64))
-    assert (attn(x, cos, sin) - ref).abs().max().item() < 1e-13
+    assert (attn(x, cos, sin)[0] - ref).abs().max().item() < 1e-13

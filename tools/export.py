@@ -288,7 +288,7 @@ class Cell:
         except SyntaxError as err:
             raise ExportError(f"{where}: exported code does not parse: {err}") from err
         self.lines = code.split("\n")
-        self.keep = string_continuation_lines(tree)
+        self.keep = string_continuation_lines(code, tree)
         self.docstring: str | None = None
         first = 0
         if (doc := docstring_of(tree)) is not None:

@@ -72,16 +72,26 @@ def comments_above(lines: list[str], first: int) -> tuple[int, list[str], str | 
     return top, comments, after
 
 
-def string_continuation_lines(tree: ast.AST) -> set[int]:
-    """Lines (1-based) inside a multi-line string that is not a docstring: re-indenting them would
-    change the string's value."""
-    docstrings = {id(d.value) for n in ast.walk(tree) if (d := docstring_of(n)) is not None}
+def string_continuation_lines(code: str, tree: ast.AST) -> set[int]:
+    """Lines (1-based) inside one multi-line string token that is not a docstring: re-indenting them
+    would change the string's value. (The pieces of an implicitly concatenated string, one per line,
+    are separate tokens and move with the code.)"""
+    docstrings = {d.lineno for n in ast.walk(tree) if (d := docstring_of(n)) is not None}
+    fstring_start, fstring_end = getattr(tokenize, "FSTRING_START", None), getattr(tokenize, "FSTRING_END", None)
     inside: set[int] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.Constant, ast.JoinedStr)) and n.end_lineno > n.lineno and id(n) not in docstrings:
-            if isinstance(n, ast.Constant) and not isinstance(n.value, str):
-                continue
-            inside.update(range(n.lineno + 1, n.end_lineno + 1))
+    opened = []  # start rows of the f-strings open (Python >= 3.12 splits an f-string into tokens)
+    for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+        if tok.type == fstring_start:
+            opened.append(tok.start[0])
+            continue
+        if tok.type == fstring_end:
+            first = opened.pop()
+        elif tok.type == tokenize.STRING and not opened:
+            first = tok.start[0]
+        else:
+            continue
+        if tok.end[0] > first and first not in docstrings:
+            inside.update(range(first + 1, tok.end[0] + 1))
     return inside
 
 

@@ -277,7 +277,7 @@ def load_gpt2_weights(name: str = "gpt2", path: str | os.PathLike | None = None)
     ``$TRANSFORMER_LIB_DATA``, else the cache, else a download (548 MB for ``"gpt2"``, without a
     progress bar) of the ``model.safetensors`` of the pinned revision. Its SHA-256 digest must be
     the pinned one. ``GPT.from_pretrained(name)`` loads the result into a model; by hand, pass it to
-    :meth:`~transformer_lib.gpt.GPT.from_hf_gpt2` with ``GPTConfig.from_preset(name)``.
+    :meth:`~transformer_lib.gpt.GPT.from_hf` with ``GPTConfig.from_preset(name)``.
 
     Args:
         name: ``"gpt2"``, ``"gpt2-medium"``, ``"gpt2-large"`` or ``"gpt2-xl"``.
@@ -299,7 +299,7 @@ def load_gpt2_weights(name: str = "gpt2", path: str | os.PathLike | None = None)
     if PINNED_FILES[key].sha256 is None:
         raise ValueError(
             f"{where}: no SHA-256 digest of {PINNED_FILES[key].url} is pinned yet, so name={name!r} "
-            "cannot be loaded verified; its shape is GPTConfig.from_preset(name), and a state dict of "
-            "transformers' GPT2LMHeadModel loads with GPT.from_hf_gpt2(state_dict, config)"
+            "cannot be loaded verified; its shape is GPTConfig.from_preset(name), and a transformers "
+            "GPT2LMHeadModel loads with GPT.from_hf(model)"
         )
     return safetensors.torch.load_file(fetch_pinned(key, path=path))

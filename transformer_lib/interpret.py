@@ -20,18 +20,17 @@ import torch
 from torch import Tensor
 
 from transformer_lib._checks import check_int, check_tensor
-from transformer_lib.block import TransformerBlock
 from transformer_lib.causal_lm import CausalLM
 from transformer_lib.utils import eval_mode
 
 
 @dataclass
 class Trace:
-    """What a :class:`~transformer_lib.gpt.GPT` computed on one batch, recorded by :func:`trace`.
+    """What a causal language model (a GPT, a Llama) computed on one batch, recorded by :func:`trace`.
 
     Args:
         hidden: (n_layer + 1, B, T, C) float tensor, the residual stream: ``hidden[0]`` is the
-            embedding ``wte(idx) + wpe``, ``hidden[l]`` the output of block ``l`` (counting from 1).
+            embedding (a GPT's ``wte(idx) + wpe``), ``hidden[l]`` the output of block ``l`` (counting from 1).
         hidden_mid: (n_layer, B, T, C) float tensor, the residual stream inside each block, after
             its attention and before its feed-forward network: ``hidden_mid[l - 1]`` for block ``l``.
         attn: (n_layer, B, n_head, T, T) float tensor, the attention weights of every head, query
@@ -47,13 +46,10 @@ class Trace:
 
 
 def _check_model(where: str, model) -> CausalLM:
-    """``model``, if it is a :class:`~transformer_lib.causal_lm.CausalLM` built of Chapter 5's blocks, whose
-    ``ln1``, ``attn.in_proj`` and ``ln2`` the hooks read, with a final ``ln_f`` (a GPT); else a TypeError."""
+    """``model``, if it is a :class:`~transformer_lib.causal_lm.CausalLM`; else a TypeError."""
     if not isinstance(model, CausalLM):
-        raise TypeError(f"{where}: model must be a transformer_lib CausalLM, got {type(model).__name__}")
-    if not all(isinstance(b, TransformerBlock) for b in model.blocks) or not hasattr(model, "ln_f"):
-        raise TypeError(f"{where}: model must be built of Chapter 5's TransformerBlock with a final ln_f, as a GPT, "
-                        f"got a {type(model).__name__} of {type(model.blocks[0]).__name__}")
+        raise TypeError(f"{where}: model must be a transformer_lib CausalLM (a GPT, a Llama), "
+                        f"got {type(model).__name__}")
     return model
 
 
@@ -61,19 +57,23 @@ def _check_model(where: str, model) -> CausalLM:
 def trace(model: CausalLM, idx: Tensor) -> Trace:
     """Run ``model(idx)`` once, recording the residual stream and the attention weights with hooks.
 
-    Forward hooks on each of ``model.blocks`` keep the block's input and output, a pre-hook on its
-    ``ln2`` the stream between attention and feed-forward network, and a hook on its ``attn`` the
-    attention's input ``ln1(x)`` and keyword arguments; the attention is then called once more on
-    them with ``need_weights=True`` for its weights per head, so that they are the ones the model
-    used, rotary positions and QK-norm included. The forward pass itself is the model's,
-    unchanged, so ``logits`` is exactly ``model(idx)[0]``. The model is in eval mode for the call
-    (its previous mode is restored), no gradients are recorded, and the hooks are removed
+    Forward hooks on each of ``model.blocks`` keep the block's input and output, and a hook on its
+    ``attn`` the attention's arguments and output ``a``: the stream between attention and
+    feed-forward network is then the block's input plus ``a``, the sum the pre-norm block computes
+    (dropout is off in eval mode). The attention is then called once more on its arguments with
+    ``need_weights=True`` for its weights per head, so that they are the ones the model used,
+    rotary positions, QK-norm and shared key-value heads included. The forward pass itself is the
+    model's, unchanged, so ``logits`` is exactly ``model(idx)[0]``. The model is in eval mode for
+    the call (its previous mode is restored), no gradients are recorded, and the hooks are removed
     afterwards, also when the forward pass raises.
 
     Args:
-        model: a :class:`~transformer_lib.gpt.GPT`.
+        model: a :class:`~transformer_lib.causal_lm.CausalLM` of pre-norm blocks ``x + a``, ``a = attn(...)[0]``,
+            whose attention returns ``(out, weights)`` and takes ``need_weights`` and
+            ``average_attn_weights``: a :class:`~transformer_lib.gpt.GPT` or a
+            :class:`~transformer_lib.llama.Llama`.
         idx: (B, T) int64 token ids in ``[0, vocab_size)``, with ``1 <= T <= block_size``, on the
-            model's device; checked by ``GPT.forward``.
+            model's device; checked by the model's ``forward``.
 
     Returns:
         A :class:`Trace` with ``hidden`` (n_layer + 1, B, T, C), ``hidden_mid`` (n_layer, B, T, C),
@@ -81,33 +81,33 @@ def trace(model: CausalLM, idx: Tensor) -> Trace:
         of the model's parameters.
 
     Raises:
-        TypeError: if ``model`` is not a GPT, or ``idx`` is not an int64 tensor (from ``GPT.forward``).
-        ValueError: if ``idx`` has the wrong shape or an id outside the vocabulary (from ``GPT.forward``).
+        TypeError: if ``model`` is not a CausalLM, or ``idx`` is not an int64 tensor (from ``forward``).
+        ValueError: if ``idx`` has the wrong shape or an id outside the vocabulary (from ``forward``).
     """
     model = _check_model("trace", model)
-    hidden, mid, attn_inputs = [], [], []
+    hidden, attn_calls = [], []
 
-    def keep_block(block, args, output):  # block(x) -> x + attn(ln1(x)) + mlp(...)
+    def keep_block(block, args, output):  # block(x) -> m = x + attn(norm(x)), then m + mlp(norm(m))
         if not hidden:
             hidden.append(args[0])  # x^(0), the embedding
         hidden.append(output)
 
-    def keep_attn_input(attn, args, kwargs, output):  # attn(ln1(x), is_causal=True, rope=...)
-        attn_inputs.append((args[0], kwargs))
+    def keep_attn_call(attn, args, kwargs, output):  # attn(norm(x), ...) -> (a, None)
+        attn_calls.append((args, kwargs, output[0]))
 
     handles = []
     with eval_mode(model):
         try:
             for block in model.blocks:
                 handles.append(block.register_forward_hook(keep_block))
-                handles.append(block.ln2.register_forward_pre_hook(lambda ln2, args: mid.append(args[0])))
-                handles.append(block.attn.register_forward_hook(keep_attn_input, with_kwargs=True))
+                handles.append(block.attn.register_forward_hook(keep_attn_call, with_kwargs=True))
             logits, _ = model(idx)
         finally:
             for handle in handles:
                 handle.remove()
-        weights = [block.attn(h, **{**kwargs, "need_weights": True, "average_attn_weights": False})[1]
-                   for block, (h, kwargs) in zip(model.blocks, attn_inputs)]  # (B, n_head, T, T) each
+        mid = [x + a for x, (_, _, a) in zip(hidden, attn_calls)]  # m^(l) = x^(l-1) + a^(l)
+        weights = [block.attn(*args, **{**kwargs, "need_weights": True, "average_attn_weights": False})[1]
+                   for block, (args, kwargs, _) in zip(model.blocks, attn_calls)]  # (B, n_head, T, T) each
     return Trace(torch.stack(hidden), torch.stack(mid), torch.stack(weights), logits)
 
 
@@ -195,15 +195,16 @@ def pca(x: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
 
 @torch.no_grad()
 def logit_lens(model: CausalLM, hidden: Tensor) -> Tensor:
-    """Read next-token logits from any point of the residual stream: ``lm_head(ln_f(hidden))``.
+    """Read next-token logits from any point of the residual stream: ``model.unembed(hidden)``.
 
-    The model's final layer normalisation and output head applied to an intermediate residual
+    The model's final normalisation and output layer (a GPT's ``lm_head(ln_f(hidden))``, soft-capped
+    if the model is; a Llama's ``lm_head(norm(hidden))``) applied to an intermediate residual
     stream, as if the remaining blocks were skipped (the logit lens of nostalgebraist, 2020).
     Applied to the output of the last block it gives the model's logits. No gradients are
     recorded.
 
     Args:
-        model: a :class:`~transformer_lib.gpt.GPT`.
+        model: a :class:`~transformer_lib.causal_lm.CausalLM` (a GPT, a Llama).
         hidden: (..., C) floating tensor with ``C = n_embd``, for example ``Trace.hidden`` of shape
             (n_layer + 1, B, T, C).
 
@@ -211,7 +212,7 @@ def logit_lens(model: CausalLM, hidden: Tensor) -> Tensor:
         (..., vocab_size) tensor of logits.
 
     Raises:
-        TypeError: if ``model`` is not a GPT or ``hidden`` is not a floating-point tensor.
+        TypeError: if ``model`` is not a CausalLM or ``hidden`` is not a floating-point tensor.
         ValueError: if the last dimension of ``hidden`` is not the model's ``n_embd``.
     """
     where = "logit_lens"
@@ -222,4 +223,4 @@ def logit_lens(model: CausalLM, hidden: Tensor) -> Tensor:
         raise ValueError(
             f"{where}: hidden must have shape (..., n_embd={n_embd}), got hidden.shape={tuple(hidden.shape)}"
         )
-    return model.lm_head(model.ln_f(hidden))
+    return model.unembed(hidden)

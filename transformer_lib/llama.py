@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lib._checks import check_bool, check_choice, check_float, check_int, describe
+from transformer_lib.attention import attention_weights
 from transformer_lib.block import RMSNorm, SwiGLU
 from transformer_lib.causal_lm import CausalLM
 from transformer_lib.embeddings import apply_rope_half, rope_cos_sin, rope_inv_freq
@@ -204,10 +205,13 @@ class GroupedQueryAttention(nn.Module):
         self.q_norm = RMSNorm(head_dim, eps=eps) if qk_norm else None
         self.k_norm = RMSNorm(head_dim, eps=eps) if qk_norm else None
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv_cache=None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv_cache=None, *, need_weights: bool = False,
+                average_attn_weights: bool = True) -> tuple[Tensor, Tensor | None]:
         """Attend from each of the T new positions to itself and every earlier (cached) position.
 
-        Internal, called by :class:`Llama` (which checks its inputs); checks nothing.
+        Internal, called by :class:`Llama` (which checks its inputs); checks nothing. Returns a pair
+        as :class:`~transformer_lib.multihead.MultiHeadAttention` and ``nn.MultiheadAttention`` do,
+        so that :func:`~transformer_lib.interpret.trace` reads the weights of either.
 
         Args:
             x: (B, T, C) normalised residual stream.
@@ -215,9 +219,15 @@ class GroupedQueryAttention(nn.Module):
             sin: (T, head_dim // 2) sines, likewise.
             kv_cache: None, or one layer of a :class:`~transformer_lib.generation.KVCache` with
                 ``n_kv_heads`` heads; the new keys and values are appended to it.
+            need_weights: also return the attention weights, computed by
+                :func:`~transformer_lib.attention.attention_weights` on the key-value heads repeated
+                for their groups (a slower path that materialises them).
+            average_attn_weights: average the returned weights over the heads.
 
         Returns:
-            (B, T, C) tensor.
+            ``(out, weights)``: ``out`` (B, T, C); ``weights`` None unless ``need_weights``, then
+            (B, T, S), or (B, n_heads, T, S) if ``average_attn_weights`` is False, with S the
+            cached positions plus T.
         """
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
@@ -235,9 +245,17 @@ class GroupedQueryAttention(nn.Module):
                 causal = False  # (one new token sees every key: no mask)
                 if T > 1:
                     mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                           enable_gqa=self.n_kv_heads != self.n_heads)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        weights = None
+        if need_weights:  # every query head reads its group's key-value head
+            group = self.n_heads // self.n_kv_heads
+            weights = attention_weights(q, k.repeat_interleave(group, dim=1), attn_mask=mask, is_causal=causal)
+            y = weights @ v.repeat_interleave(group, dim=1)  # (B, h, T, hd)
+            if average_attn_weights:
+                weights = weights.mean(dim=1)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                               enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)), weights
 
 
 class LlamaBlock(nn.Module):
@@ -265,7 +283,7 @@ class LlamaBlock(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv_cache=None) -> Tensor:
         """x (B, T, C) -> (B, T, C); ``cos``, ``sin`` and ``kv_cache`` as for :class:`GroupedQueryAttention`."""
-        x = x + self.attn(self.attn_norm(x), cos, sin, kv_cache)
+        x = x + self.attn(self.attn_norm(x), cos, sin, kv_cache)[0]
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -354,7 +372,7 @@ class Llama(CausalLM):
             x = block(x, cos, sin, layer_cache)
         return x
 
-    def _logits(self, x: Tensor) -> Tensor:
+    def unembed(self, x: Tensor) -> Tensor:
         """The output layer: (B, T, n_embd) -> ``lm_head(norm(x))``, (B, T, vocab_size)."""
         return self.lm_head(self.norm(x))
 
@@ -363,30 +381,47 @@ class Llama(CausalLM):
         return self.config.n_layer, self.config.n_kv_head, self.config.d_head
 
     @classmethod
-    def from_hf(cls, model: nn.Module) -> "Llama":
+    def from_hf(cls, model: nn.Module | Mapping[str, Tensor], config: LlamaConfig | None = None) -> "Llama":
         """A :class:`Llama` with the configuration and the weights of a Hugging Face model.
 
         The configuration is read by :func:`llama_config_from_hf`, the weights copied by
-        :func:`load_hf_llama_state_dict`. PyTorch's global random state is left as it was.
+        :func:`load_hf_llama_state_dict`. PyTorch's global random state is left as it was. The same
+        arguments as :meth:`GPT.from_hf <transformer_lib.gpt.GPT.from_hf>`.
 
         Args:
-            model: a ``transformers`` ``LlamaForCausalLM`` or ``Qwen3ForCausalLM``.
+            model: a ``transformers`` ``LlamaForCausalLM`` or ``Qwen3ForCausalLM``, or the
+                ``state_dict()`` of one, name -> tensor.
+            config: the configuration; required with a state dict, which does not record one, and
+                with a model it replaces the one read from ``model.config``.
 
         Returns:
-            The model in evaluation mode, with the dtype and device of ``model``'s weights.
+            The model in evaluation mode, with the dtype and device of the checkpoint's token embedding.
 
         Raises:
-            TypeError: if ``model`` is not one of the two classes.
+            TypeError: if ``model`` is another module or object, or a state dict comes without ``config``.
             ValueError: if its configuration asks for something :class:`Llama` does not compute;
                 the message names the field (``rope_scaling``, ``use_sliding_window``, ``mlp_bias``, ...).
         """
-        name = type(model).__name__
-        if name not in HF_CLASSES:
-            raise TypeError(f"Llama.from_hf: model must be a {' or a '.join(HF_CLASSES)}, got {name}")
-        config = llama_config_from_hf(model.config, qk_norm=HF_CLASSES[name])
-        weight = model.get_input_embeddings().weight
-        ours = cls._new(config).to(device=weight.device, dtype=weight.dtype)
-        load_hf_llama_state_dict(ours, model.state_dict())
+        where = "Llama.from_hf"
+        if isinstance(model, nn.Module):
+            name = type(model).__name__
+            if name not in HF_CLASSES:
+                raise TypeError(f"{where}: model must be a {' or a '.join(HF_CLASSES)} or its state dict, got {name}")
+            state_dict = model.state_dict()
+            config = llama_config_from_hf(model.config, qk_norm=HF_CLASSES[name]) if config is None else config
+        elif isinstance(model, Mapping):
+            state_dict = model
+            if config is None:
+                raise TypeError(f"{where}: config is required with a state dict, which does not record the shape; "
+                                "pass llama_config_from_hf(the model's config.json)")
+        else:
+            raise TypeError(f"{where}: model must be a {' or a '.join(HF_CLASSES)} or its state dict, "
+                            f"got {type(model).__name__}")
+        ours = cls._new(config)
+        embedding = state_dict.get("model.embed_tokens.weight")
+        if isinstance(embedding, Tensor) and embedding.is_floating_point():
+            ours = ours.to(device=embedding.device, dtype=embedding.dtype)
+        load_hf_llama_state_dict(ours, state_dict)
         return ours.eval()
 
 

@@ -37,7 +37,7 @@ from transformer_lib.bpe import GPT2_SPLIT_PATTERN, ByteBPETokenizer, bytes_to_u
 from transformer_lib.data import CharTokenizer
 from transformer_lib.gpt import GPT
 from transformer_lib.hub import MODELS_PATH, PINNED_FILES, REPOSITORY_URL, cache_dir, fetch_pinned, sha256sum
-from transformer_lib.llama import Llama, llama_config_from_hf, load_hf_llama_state_dict
+from transformer_lib.llama import Llama, llama_config_from_hf
 
 #: Every shipped model and its files; each file is pinned in :data:`~transformer_lib.hub.PINNED_FILES`
 #: as ``models/<name>/<file>``.
@@ -298,7 +298,5 @@ def load_smollm2(*, path: str | os.PathLike | None = None, dtype: torch.dtype = 
     """
     files = {name: fetch_pinned(f"models/SmolLM2-135M/{name}", path=path) for name in SMOLLM2_FILES}
     config = llama_config_from_hf(json.loads(files["config.json"].read_text(encoding="utf-8")))
-    with torch.random.fork_rng(devices=[]):
-        model = Llama(config)
-    load_hf_llama_state_dict(model, safetensors.torch.load_file(files["model.safetensors"]))
-    return model.to(device=device, dtype=dtype).eval(), load_tokenizer_json(files["tokenizer.json"])
+    model = Llama.from_hf(safetensors.torch.load_file(files["model.safetensors"]), config)
+    return model.to(device=device, dtype=dtype), load_tokenizer_json(files["tokenizer.json"])
