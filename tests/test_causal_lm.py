@@ -11,10 +11,10 @@ import torch
 
 from transformer_lib.causal_lm import CausalLM
 from transformer_lib.checkpoint import load_checkpoint
-from transformer_lib.config import GPTConfig, TrainConfig
+from transformer_lib.config import GPTConfig, LlamaConfig, TrainConfig
 from transformer_lib.gpt import GPT
 from transformer_lib.interpret import logit_lens, trace
-from transformer_lib.llama import Llama, LlamaConfig
+from transformer_lib.llama import Llama
 from transformer_lib.rundir import CHECKPOINT_FILE
 from transformer_lib.serialization import CONFIG_NAME
 from transformer_lib.training import train

@@ -116,7 +116,8 @@ def _calls_into_checks(fn) -> int:
 def test_a_model_forward_checks_its_input_at_the_edge_only():
     """Validation happens where the ids enter, not again in every layer (issue 21): at most 3 calls per forward."""
     from transformer_lib import GPT, GPTConfig
-    from transformer_lib.llama import Llama, LlamaConfig
+    from transformer_lib.config import LlamaConfig
+    from transformer_lib.llama import Llama
 
     torch.manual_seed(0)
     idx = torch.randint(0, 50, (2, 16))

@@ -20,11 +20,11 @@ from transformer_lib.embeddings import (
     rope_cos_sin,
     rope_inv_freq,
 )
+from transformer_lib.config import LlamaConfig
 from transformer_lib.generation import KVCache
 from transformer_lib.llama import (
     GroupedQueryAttention,
     Llama,
-    LlamaConfig,
     hf_llama_key_map,
     llama_config_from_hf,
     load_hf_llama_state_dict,

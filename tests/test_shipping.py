@@ -227,7 +227,8 @@ def test_onnx_runner_verifies_the_checksum_before_loading(onnx_packages, tmp_pat
 
 
 def test_a_llama_exports_and_runs_in_onnx_runtime(tmp_path, onnx_packages):
-    from transformer_lib.llama import Llama, LlamaConfig
+    from transformer_lib.config import LlamaConfig
+    from transformer_lib.llama import Llama
 
     torch.manual_seed(0)
     model = Llama(LlamaConfig(vocab_size=65, n_embd=32, n_layer=2, n_head=4, n_kv_head=2, n_inner=64,

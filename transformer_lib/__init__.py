@@ -30,6 +30,7 @@ from transformer_lib.config import (
     GPT_PRESETS,
     TrainConfig,
     Seq2SeqConfig,
+    LlamaConfig,
 )
 from transformer_lib.gpt import (
     GPT,
@@ -74,7 +75,6 @@ from transformer_lib.shipping import (
     OnnxGPT,
 )
 from transformer_lib.llama import (
-    LlamaConfig,
     Llama,
 )
 from transformer_lib.moe import (
@@ -101,6 +101,7 @@ __all__ = [
     "GPT_PRESETS",
     "TrainConfig",
     "Seq2SeqConfig",
+    "LlamaConfig",
     "GPT",
     "estimate_loss",
     "train",
@@ -123,7 +124,6 @@ __all__ = [
     "ByteBPETokenizer",
     "export_onnx",
     "OnnxGPT",
-    "LlamaConfig",
     "Llama",
     "SparseMoE",
     "load_balancing_loss",

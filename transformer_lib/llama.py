@@ -7,8 +7,6 @@ Exported from the chapter `book/17_llama.md`.
 """
 
 __all__ = [
-    "ROPE_SCALING_KEYS",
-    "LlamaConfig",
     "GroupedQueryAttention",
     "LlamaBlock",
     "Llama",
@@ -19,152 +17,18 @@ __all__ = [
 ]
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_bool, check_choice, check_float, check_int, describe
+from transformer_lib._checks import check_choice
 from transformer_lib.attention import attention_weights
 from transformer_lib.block import RMSNorm, SwiGLU
 from transformer_lib.causal_lm import CausalLM
+from transformer_lib.config import ROPE_SCALING_KEYS, LlamaConfig
 from transformer_lib.embeddings import apply_rope_half, rope_cos_sin, rope_inv_freq
-from transformer_lib.utils import JSONConfig
-
-#: The ``rope_scaling`` types :class:`LlamaConfig` computes, with the keys each needs.
-ROPE_SCALING_KEYS = {
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-}
-
-
-@dataclass(frozen=True)
-class LlamaConfig(JSONConfig):
-    """The hyperparameters of a :class:`Llama` (the shapes of Llama 2/3, SmolLM2 and Qwen3).
-
-    The defaults are the widths of SmolLM2-135M (30 blocks of width 576, 9 query heads sharing 3
-    key-value heads, SwiGLU hidden width 1536, a tied output layer) with RoPE's base 10,000. Every
-    field is validated when the object is built, and the object is frozen; ``to_dict``/``to_json``
-    and ``from_dict``/``from_json`` convert it as for ``GPTConfig``.
-
-    The fields have nanoGPT's names, as in :class:`~transformer_lib.config.GPTConfig`;
-    :func:`llama_config_from_hf` reads each from the Hugging Face field beside it:
-
-    ==================  ===========================================================
-    ``LlamaConfig``     Hugging Face ``LlamaConfig`` / ``Qwen3Config``
-    ==================  ===========================================================
-    ``vocab_size``      ``vocab_size``
-    ``n_embd``          ``hidden_size``
-    ``n_layer``         ``num_hidden_layers``
-    ``n_head``          ``num_attention_heads``
-    ``n_kv_head``       ``num_key_value_heads``
-    ``n_inner``         ``intermediate_size`` (GPT-2's ``n_inner``)
-    ``block_size``      ``max_position_embeddings``
-    ``rope_theta``      ``rope_theta`` (transformers 5: ``rope_parameters["rope_theta"]``)
-    ``norm_eps``        ``rms_norm_eps``
-    ``qk_norm``         ``model_type == "qwen3"``
-    ``tie_embeddings``  ``tie_word_embeddings``
-    ``head_dim``        ``head_dim``
-    ``rope_scaling``    ``rope_scaling`` (transformers 5: ``rope_parameters``)
-    ``attn_bias``       ``attention_bias``
-    ==================  ===========================================================
-
-    Args:
-        vocab_size: number of token ids (>= 1).
-        n_embd: width of the residual stream (>= 1).
-        n_layer: number of blocks (>= 1).
-        n_head: query heads per block (>= 1).
-        n_kv_head: key-value heads per block (>= 1), dividing ``n_head``: ``n_head`` is
-            multi-head attention, 1 multi-query attention, a number between grouped-query attention.
-        n_inner: hidden width of the SwiGLU feed-forward network (>= 1).
-        block_size: the longest context (>= 1).
-        rope_theta: the RoPE base (> 0).
-        norm_eps: the RMSNorms' epsilon (> 0).
-        qk_norm: RMS-normalise each query and key head before RoPE (Qwen3).
-        tie_embeddings: the output layer shares the token embedding's matrix.
-        head_dim: width of one head, even; None means ``n_embd // n_head`` (``n_head`` must
-            then divide ``n_embd``). Qwen3 sets it explicitly.
-        rope_scaling: None, or a dict with ``"rope_type": "llama3"`` and the keys ``factor``,
-            ``low_freq_factor``, ``high_freq_factor`` and ``original_max_position_embeddings``.
-        attn_bias: the query, key, value and output projections have biases.
-
-    Raises:
-        TypeError: if a field has the wrong type (a bool is not an int).
-        ValueError: if a field is out of range, the head counts and the width do not fit together,
-            or ``rope_scaling`` has an unknown type or lacks a key.
-    """
-
-    vocab_size: int = 49152
-    n_embd: int = 576
-    n_layer: int = 30
-    n_head: int = 9
-    n_kv_head: int = 3
-    n_inner: int = 1536
-    block_size: int = 8192
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    qk_norm: bool = False
-    tie_embeddings: bool = True
-    head_dim: int | None = None
-    rope_scaling: dict | None = None
-    attn_bias: bool = False
-
-    def __post_init__(self):
-        w = "LlamaConfig"
-        f = {name: check_int(w, name, getattr(self, name), minimum=1)
-             for name in ("vocab_size", "n_embd", "n_layer", "n_head", "n_kv_head", "n_inner", "block_size")}
-        if self.head_dim is None:
-            if f["n_embd"] % f["n_head"]:
-                raise ValueError(
-                    f"{w}: n_head must divide n_embd when head_dim is None, got n_embd={f['n_embd']} "
-                    f"and n_head={f['n_head']}"
-                )
-            head_dim = f["n_embd"] // f["n_head"]
-        else:
-            f["head_dim"] = head_dim = check_int(w, "head_dim", self.head_dim, minimum=2)
-        if head_dim % 2:
-            raise ValueError(f"{w}: head_dim must be even (RoPE rotates pairs of features), got head_dim={head_dim}")
-        if f["n_head"] % f["n_kv_head"]:
-            raise ValueError(
-                f"{w}: n_kv_head must divide n_head (each key-value head serves a group of query heads), "
-                f"got n_head={f['n_head']} and n_kv_head={f['n_kv_head']}"
-            )
-        f["rope_theta"] = check_float(w, "rope_theta", self.rope_theta, minimum=0.0, min_open=True)
-        f["norm_eps"] = check_float(w, "norm_eps", self.norm_eps, minimum=0.0, min_open=True)
-        for name in ("qk_norm", "tie_embeddings", "attn_bias"):
-            f[name] = check_bool(w, name, getattr(self, name))
-        if self.rope_scaling is not None:
-            f["rope_scaling"] = _check_rope_scaling(w, self.rope_scaling)
-        for name, value in f.items():
-            object.__setattr__(self, name, value)
-
-    @property
-    def d_head(self) -> int:
-        """The width of one head: ``head_dim``, or ``n_embd // n_head`` when that is None."""
-        return self.n_embd // self.n_head if self.head_dim is None else self.head_dim
-
-
-def _check_rope_scaling(where: str, scaling) -> dict:
-    """``scaling`` as a plain dict of a known ``rope_type`` with its keys (numbers), or an error naming the key."""
-    if not isinstance(scaling, Mapping):
-        raise TypeError(f"{where}: rope_scaling must be None or a dict, got rope_scaling={describe(scaling)}")
-    kind = scaling.get("rope_type", scaling.get("type"))
-    check_choice(where, "rope_scaling['rope_type']", kind, tuple(ROPE_SCALING_KEYS))
-    out = {"rope_type": kind}
-    for key in ROPE_SCALING_KEYS[kind]:
-        if key not in scaling:
-            raise ValueError(f"{where}: rope_scaling of type {kind!r} needs the key {key!r}, got the keys {sorted(scaling)}")
-        if key == "original_max_position_embeddings":
-            out[key] = check_int(where, f"rope_scaling[{key!r}]", scaling[key], minimum=1)
-        else:
-            out[key] = check_float(where, f"rope_scaling[{key!r}]", scaling[key], minimum=0.0, min_open=True)
-    if out["high_freq_factor"] <= out["low_freq_factor"]:
-        raise ValueError(
-            f"{where}: rope_scaling['high_freq_factor'] must be larger than rope_scaling['low_freq_factor'], got "
-            f"{out['high_freq_factor']} and {out['low_freq_factor']}"
-        )
-    return out
 
 
 class GroupedQueryAttention(nn.Module):
