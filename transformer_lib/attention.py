@@ -178,8 +178,8 @@ def scaled_dot_product_attention_np(
     """Scaled dot-product attention in NumPy, with the conventions of PyTorch's SDPA.
 
     Computes ``softmax(q @ k^T * scale + mask) @ v`` over the last axis. A query whose keys are
-    all masked gets zero weights and a zero output (as ``torch.nn.functional.scaled_dot_product_attention``
-    returns), not NaN.
+    all masked gets zero weights and a zero output, not NaN, as
+    ``torch.nn.functional.scaled_dot_product_attention`` returns from PyTorch 2.5 on (checked on the CPU).
 
     Args:
         q: (..., L, E) floating array of queries.
@@ -343,7 +343,8 @@ def attention_weights(
     """The attention weights ``softmax(q @ k^T * scale + mask)``, for heatmaps and later chapters.
 
     Row ``i`` is query ``i``'s distribution over the keys. A query whose keys are all masked gets a
-    row of zeros (not NaN), as in ``torch.nn.functional.scaled_dot_product_attention``.
+    row of zeros (not NaN), as ``torch.nn.functional.scaled_dot_product_attention`` does from PyTorch 2.5
+    on (checked on the CPU).
 
     Args:
         q: (..., L, E) floating tensor of queries.
