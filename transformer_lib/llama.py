@@ -37,8 +37,9 @@ class GroupedQueryAttention(nn.Module):
     Each group of ``n_heads // n_kv_heads`` query heads reads the same keys and values:
     ``n_kv_heads = n_heads`` is multi-head attention, ``1`` multi-query attention. With ``qk_norm``
     each query and key head is RMS-normalised before RoPE (Qwen3). The attention is PyTorch's
-    ``F.scaled_dot_product_attention`` with ``enable_gqa``, which reads each key-value head for its
-    group without copying it. Built by :class:`LlamaBlock` from a validated :class:`LlamaConfig`.
+    ``F.scaled_dot_product_attention`` with ``enable_gqa``: kernels that support it read each
+    key-value head for its group in place, the math fallback expands the keys and values first.
+    Built by :class:`LlamaBlock` from a validated :class:`LlamaConfig`.
 
     Args:
         d_model: input and output width C.
