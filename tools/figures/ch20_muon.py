@@ -42,17 +42,17 @@ def muon_pipeline():
         box(ax, x, y, w, h, label, kind, fontsize=8)
     for x0, x1 in zip(xs[:-1], xs[1:]):
         arrow(ax, (x0 + w, y + h / 2), (x1, y + h / 2))
-    _bars(ax, xs[0] + 1.0, 5.5, BEFORE, "data", label="singular values: one direction dominates")
-    _bars(ax, xs[2] + 1.0, 5.5, AFTER, "attn", label="all in a band around 1 (0.68–1.2)")
+    _bars(ax, xs[0] + 1.0, 5.5, BEFORE, "data", label="before: one direction dominates")
+    _bars(ax, xs[2] + 1.0, 5.5, AFTER, "attn", label="after: all in a band around 1")
     arrow(ax, (xs[2] + w / 2, y), (xs[2] + w / 2, 7.3), color=MUTED)
     arrow(ax, (xs[0] + w / 2, y), (xs[0] + w / 2, 7.3), color=MUTED)
-    text(ax, xs[3] + w / 2, 6.6, "same step size in\nspectral norm for\nevery shape", size=7.5, color=MUTED)
+    text(ax, xs[3] + w / 2, 6.6, "$\\|s\\,UV^T\\|_{\\mathrm{rms}\\to\\mathrm{rms}} = 1$\nfor $m \\geq n$", size=7.5, color=MUTED)
     text(ax, xs[4] + w / 2, 6.6, "decay uses $\\eta$,\nnot $\\eta s$", size=7.5, color=MUTED)
 
     # the split of the parameters
     text(ax, 13, 4.0, "Which parameters of the baby GPT get which optimizer", size=10, weight="bold")
     box(ax, 0.9, 0.5, 11.6, 2.9,
-        "Muon: the hidden 2-D matrices of every block\n\nattention in_proj (384 × 128), out_proj (128 × 128)\n"
+        "Muon: the hidden 2-D matrices of every block\n\nattention in_proj (384 × 128: Q, K, V fused, one matrix)\nout_proj (128 × 128)\n"
         "MLP fc1 (512 × 128), fc2 (128 × 512)\n16 matrices in 4 blocks", "mlp", fontsize=8)
     box(ax, 13.5, 0.5, 11.6, 2.9,
         "AdamW: everything else\n\ntoken embedding wte (= the tied output head)\n"
