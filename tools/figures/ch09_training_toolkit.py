@@ -21,7 +21,7 @@ def training_loop():
     end = xs[-1] + w
     line(ax, [(end, y + 0.55), (end + 0.4, y + 0.55), (end + 0.4, y + 1.7), (xs[0] + w / 2, y + 1.7)])
     arrow(ax, (xs[0] + w / 2, y + 1.7), (xs[0] + w / 2, y + 1.1))
-    text(ax, 8.2, y + 1.95, "step + 1, until max_steps or a stop request (Ctrl-C, a time budget)", size=8,
+    text(ax, 8.2, y + 1.95, "step + 1, until max_steps or a stop request (should_stop, e.g. on Ctrl-C)", size=8,
          color=MUTED)
     arrow(ax, (xs[1] + w / 2, y), (xs[1] + w / 2, 3.4), dashed=True)
     text(ax, xs[1] + w / 2 + 0.15, 3.65, "every eval_interval: estimate_loss\non both splits → metrics.jsonl",
