@@ -85,6 +85,20 @@ from transformer_lib.moe import (
 from transformer_lib.flash import (
     flash_attention,
 )
+from transformer_lib.sft import (
+    sft_example,
+    pad_examples,
+    pack_examples,
+    fine_tune,
+    complete,
+    init_new_tokens,
+)
+from transformer_lib.lora import (
+    LoRALinear,
+    apply_lora,
+    merge_lora,
+    train_token_rows,
+)
 
 __version__ = "0.2.0"
 
@@ -129,4 +143,14 @@ __all__ = [
     "load_balancing_loss",
     "moe_from_hf",
     "flash_attention",
+    "sft_example",
+    "pad_examples",
+    "pack_examples",
+    "fine_tune",
+    "complete",
+    "init_new_tokens",
+    "LoRALinear",
+    "apply_lora",
+    "merge_lora",
+    "train_token_rows",
 ]
