@@ -86,18 +86,13 @@ from transformer_lib.flash import (
     flash_attention,
 )
 from transformer_lib.sft import (
-    sft_example,
-    pad_examples,
-    pack_examples,
     fine_tune,
     complete,
-    init_new_tokens,
 )
 from transformer_lib.lora import (
     LoRALinear,
     apply_lora,
     merge_lora,
-    train_token_rows,
 )
 
 __version__ = "0.2.0"
@@ -143,14 +138,9 @@ __all__ = [
     "load_balancing_loss",
     "moe_from_hf",
     "flash_attention",
-    "sft_example",
-    "pad_examples",
-    "pack_examples",
     "fine_tune",
     "complete",
-    "init_new_tokens",
     "LoRALinear",
     "apply_lora",
     "merge_lora",
-    "train_token_rows",
 ]

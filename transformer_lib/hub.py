@@ -349,3 +349,12 @@ PINNED_FILES.update({  # Part VII's base model, file by file, as tools/train_pos
         "provenance.json": "639240faeaba3a9fbbf89f9257496abd0e20896f7cefdd087a0d44f52330606f",
     }.items()
 })
+PINNED_FILES.update({  # this chapter's recipe run for 100 steps, as tools/train_posttrain_sft.py wrote it
+    f"models/arith-sft/{filename}": PinnedFile(book_model_url("arith-sft", filename), digest)
+    for filename, digest in {
+        "model.safetensors": "5e3891012358726d23009456ae71a48ff8eec1073e693a270161faef5478d476",
+        "config.json": "d20e9c60df5a0ac5bf11bd674ccf84c8f47d521c433cae0d92287f21412e9b42",
+        "tokenizer.json": "1524c0ccc0ca87937f12f3073ba22e485815310a4902cc6ced83fb791c2756f8",
+        "provenance.json": "ed4b60a503c498970428759f36397001424b6933452c6465972dec42d0090325",
+    }.items()
+})

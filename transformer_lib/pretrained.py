@@ -45,6 +45,7 @@ from transformer_lib.llama import Llama, llama_config_from_hf
 BOOK_MODELS: dict[str, tuple[str, ...]] = {
     "shakespeare-baby": ("model.safetensors", "config.json", "tokenizer.json", "provenance.json"),
     "arith-baby": ("model.safetensors", "config.json", "tokenizer.json", "provenance.json"),
+    "arith-sft": ("model.safetensors", "config.json", "tokenizer.json", "provenance.json"),
 }
 
 
