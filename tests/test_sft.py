@@ -4,13 +4,16 @@ packing, the loss against Hugging Face's -100 convention, fine_tune, init_new_to
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from transformer_lib.arithmetic import END, VOCAB, chat_prompt, sample_problems
 from transformer_lib.config import GPTConfig, LlamaConfig
 from transformer_lib.data import CharTokenizer
 from transformer_lib.gpt import GPT
 from transformer_lib.llama import Llama
-from transformer_lib.sft import complete, fine_tune, init_new_tokens, pack_examples, pad_examples, sft_example
+from transformer_lib.sft import (
+    complete, fine_tune, init_new_tokens, pack_examples, pad_examples, sft_example, token_logps,
+)
 
 TOK = CharTokenizer(VOCAB)
 
@@ -125,3 +128,17 @@ def test_bad_input_gets_a_clear_error(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_token_logps_is_minus_cross_entropy_per_token(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 11, generator=g, dtype=dtype)
+    targets = torch.randint(0, 11, (3, 7), generator=g)
+    targets[0, :3] = -1
+    targets[2, 5:] = -1
+    got = token_logps(logits, targets)
+    want = -F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-1, reduction="none")
+    assert got.dtype == dtype and got.shape == (3, 7)
+    torch.testing.assert_close(got, want)
+    assert torch.all(got[targets < 0] == 0)

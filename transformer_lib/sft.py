@@ -11,6 +11,7 @@ __all__ = [
     "sft_example",
     "pad_examples",
     "pack_examples",
+    "token_logps",
     "fine_tune",
     "complete",
     "init_new_tokens",
@@ -117,6 +118,19 @@ def pack_examples(examples: Sequence[Example], block_size: int, *, pad_id: int =
         rows[-1][0].extend(x)
         rows[-1][1].extend(y)
     return _rows(rows, check_int(where, "pad_id", pad_id, minimum=0), device)
+
+
+def token_logps(logits: Tensor, targets: Tensor) -> Tensor:
+    """The log-probability of each target token: (B, T, V) logits and (B, T) targets -> (B, T) float32.
+
+    Positions whose target is -1 (the prompt, the padding) get 0, so ``token_logps(...).sum(-1)``
+    is the log-probability of each row's response (Chapters 24 and 25), and minus the sum over
+    the batch divided by ``(targets >= 0).sum()`` is the loss of :func:`fine_tune`. Float64
+    logits stay float64.
+    """
+    keep = targets >= 0
+    logp = torch.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), dim=-1)
+    return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1) * keep
 
 
 def fine_tune(model: nn.Module, examples: Sequence[Example], *, steps: int, batch_size: int = 16, lr: float = 1e-3,
