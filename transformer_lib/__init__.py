@@ -94,6 +94,9 @@ from transformer_lib.lora import (
     apply_lora,
     merge_lora,
 )
+from transformer_lib.dpo import (
+    dpo_loss,
+)
 
 __version__ = "0.2.0"
 
@@ -143,4 +146,5 @@ __all__ = [
     "LoRALinear",
     "apply_lora",
     "merge_lora",
+    "dpo_loss",
 ]
