@@ -153,6 +153,8 @@ def test_lora_changes_only_the_adapted_matrices_and_the_special_rows(files, tmp_
     assert status == 0 and err == "", err
     base, lora, full = state(files / "base"), state(tmp_path / "lora"), state(files / "run")
     assert lora.keys() == base.keys()  # merged: a plain GPT, no lora_A / lora_B
+    recorded = json.loads((tmp_path / "lora" / RUN_FILE).read_text())["finetune"]
+    assert (recorded["lora_r"], recorded["lora_alpha"]) == (2, 4.0)  # alpha defaults to 2 r
     adapted = [k for k in base if k.endswith(".weight") and any(f".{t}." in k for t in LORA_TARGETS)]
     assert adapted and all(not torch.equal(base[k], lora[k]) for k in adapted)
     special = [VOCAB.index(c) for c in SPECIAL.values()]
@@ -309,7 +311,7 @@ CASES = {
     "two user turns": Case(FT, 1, (*LINE3, "alternate"), line3(message(U, U, A))),
     "assistant first": Case(FT, 1, (*LINE3, "alternate"), line3(message(A, U, A))),
     "ends with the user": Case(FT, 1, (*LINE3, "alternate"), line3(message(U, A, U))),
-    "character the tokenizer lacks": Case(FT, 1, (*LINE3, "messages[1]", "U+00E9"),
+    "character the tokenizer lacks": Case(FT, 1, (*LINE3, "messages[1]", "U+00E9", "cannot encode"),
                                           line3(message(U, {"role": "assistant", "content": "caf\u00e9"}))),
     "upper case the tokenizer lacks": Case(FT, 1, (*LINE3, "messages[0]", "'W'"),
                                            line3(message({"role": "user", "content": "What?"}, A))),

@@ -145,7 +145,8 @@ def _add_more_commands(commands: argparse._SubParsersAction) -> None:
     f.add_argument("--max-steps", type=int, metavar="N", help=f"optimizer steps (default: {d['max_steps']})")
     f.add_argument("--batch-size", type=int, metavar="N",
                    help=f"conversations per step, drawn with replacement (default: {d['batch_size']})")
-    f.add_argument("--lr", type=float, help=f"peak learning rate (default: {d['lr']:g}, {d['lora_lr']:g} with --lora-r)")
+    f.add_argument("--lr", type=float,
+                   help=f"peak learning rate (default: {d['lr']:g}, {d['lora_lr']:g} with --lora-r)")
     f.add_argument("--warmup-steps", type=int, metavar="N",
                    help=f"learning-rate warm-up (default: {d['warmup_steps']})")
     f.add_argument("--seed", type=int, help=f"seed of the batches and of LoRA's matrices (default: {d['seed']})")
@@ -784,7 +785,7 @@ def _check_conversation(where: str, record, known: set[str]) -> list[dict]:
         for ch in m["content"]:
             name = next((k for k, v in SPECIAL.items() if v == ch), None)
             if name is not None or ch not in known:
-                what = f"the chat template's reserved {name}" if name else "a character the base tokenizer cannot encode"
+                what = f"the chat template's reserved {name}" if name else "which the base tokenizer cannot encode"
                 raise CLIError(f"{where}: messages[{i}].content holds {ch!r} (U+{ord(ch):04X}), {what}")
     roles = [m["role"] for m in messages]
     if "assistant" not in roles:
@@ -845,6 +846,7 @@ def finetune_command(args: argparse.Namespace) -> int:
         if args.lora_r is None:
             raise UsageError("--lora-alpha sets the scale of LoRA; it needs --lora-r")
         _check_flag(check_float, "--lora-alpha", args.lora_alpha, minimum=0.0, min_open=True)
+    alpha = None if args.lora_r is None else args.lora_alpha or 2.0 * args.lora_r
     requested, out, data = _device_flag(args.device), Path(args.out), Path(args.data)
     try:
         check_run_dir(out, resume=False)
@@ -874,7 +876,7 @@ def finetune_command(args: argparse.Namespace) -> int:
                 init_new_tokens(model.lm_head.weight, ids)
         if args.lora_r is not None:
             torch.manual_seed(config.seed)  # LoRA's A matrices
-            apply_lora(model, r=args.lora_r, alpha=args.lora_alpha or 2.0 * args.lora_r, target_modules=LORA_TARGETS)
+            apply_lora(model, r=args.lora_r, alpha=alpha, target_modules=LORA_TARGETS)
             for weight in {id(w): w for w in (model.wte.weight, model.lm_head.weight)}.values():
                 train_token_rows(weight, ids)
         start = time.perf_counter()
@@ -885,10 +887,11 @@ def finetune_command(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, device=device)
     records = [{"step": step + 1, "train_loss": loss, "lr": cosine_lr_unchecked(
         step, config.lr, config.min_lr, config.warmup_steps, config.max_steps)} for step, loss in enumerate(losses)]
+    base = os.fspath(Path(args.base).resolve()) if Path(args.base).exists() else args.base  # or a book model's name
     run = {"format": RUN_FORMAT, "data": os.fspath(data.resolve()), "data_sha256": data_sha256,
-           "characters": characters, "finetune": {"base": os.fspath(Path(args.base).resolve()) if Path(args.base).exists()
-                                            else args.base, "conversations": len(examples), "lora_r": args.lora_r,
-                                            "init_special_tokens": args.init_special_tokens}}
+           "characters": characters, "finetune": {"base": base, "conversations": len(examples),
+                                                  "lora_r": args.lora_r, "lora_alpha": alpha,
+                                                  "init_special_tokens": args.init_special_tokens}}
     try:
         out.mkdir(parents=True, exist_ok=True)
         tokenizer.save(out / TOKENIZER_FILE)
