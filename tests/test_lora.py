@@ -114,6 +114,36 @@ def test_save_pretrained_of_an_unmerged_model_writes_the_merged_one(tmp_path):
     torch.testing.assert_close(loaded(x)[0], expected, rtol=0, atol=1e-5)
 
 
+def test_training_checkpoint_of_an_unmerged_model_round_trips_and_a_merged_model_saves(tmp_path):
+    """save_checkpoint/load_checkpoint keep the adapters (base and lora_ weights, AdamW state of the trained
+    ones); after merge_lora the model is a plain GPT and save_pretrained writes it unchanged."""
+    from transformer_lib.checkpoint import load_checkpoint, save_checkpoint
+    from transformer_lib.config import TrainConfig
+
+    def adapted():
+        torch.manual_seed(0)
+        return apply_lora(GPT(GPTConfig.from_preset("tiny")).eval(), r=2, alpha=4, target_modules=["in_proj", "fc1"])
+
+    model = adapted()
+    randomize_b(model)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    x = torch.randint(0, 65, (2, 9))
+    model(x)[0].sum().backward()
+    optimizer.step()
+    save_checkpoint(tmp_path / "ckpt.pt", model=model, optimizer=optimizer, step=1, model_config=model.config,
+                    train_config=TrainConfig(max_steps=2, eval_interval=1, warmup_steps=0),
+                    generator=torch.Generator().manual_seed(0))
+    fresh = adapted()
+    fresh_opt = torch.optim.AdamW([p for p in fresh.parameters() if p.requires_grad], lr=1e-3)
+    load_checkpoint(tmp_path / "ckpt.pt", model=fresh, optimizer=fresh_opt)
+    assert torch.equal(fresh(x)[0], model(x)[0])
+    assert any(k.endswith("lora_B.weight") for k in fresh.state_dict())
+    merged = merge_lora(fresh)
+    assert not any(isinstance(m, LoRALinear) for m in merged.modules())
+    merged.save_pretrained(tmp_path / "merged")
+    torch.testing.assert_close(GPT.from_pretrained(tmp_path / "merged")(x)[0], model(x)[0], rtol=0, atol=1e-5)
+
+
 def test_lora_on_a_meta_device_model_allocates_nothing():
     with torch.device("meta"):
         model = Llama(LlamaConfig())
