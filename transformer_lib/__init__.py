@@ -94,6 +94,10 @@ from transformer_lib.lora import (
     apply_lora,
     merge_lora,
 )
+from transformer_lib.grpo import (
+    grpo_loss,
+    grpo_train,
+)
 
 __version__ = "0.2.0"
 
@@ -143,4 +147,6 @@ __all__ = [
     "LoRALinear",
     "apply_lora",
     "merge_lora",
+    "grpo_loss",
+    "grpo_train",
 ]
