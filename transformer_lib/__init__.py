@@ -97,6 +97,10 @@ from transformer_lib.lora import (
 from transformer_lib.dpo import (
     dpo_loss,
 )
+from transformer_lib.grpo import (
+    grpo_loss,
+    grpo_train,
+)
 
 __version__ = "0.2.0"
 
@@ -147,4 +151,6 @@ __all__ = [
     "apply_lora",
     "merge_lora",
     "dpo_loss",
+    "grpo_loss",
+    "grpo_train",
 ]
