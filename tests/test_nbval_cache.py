@@ -51,6 +51,14 @@ def test_website_build_uses_the_cache():
     assert plugin.website_cache_path(ROOT) == ROOT / "_build" / ".jupyter_cache"
 
 
+def test_cells_get_the_website_builds_time_limit():
+    """A cell the build would stop at its timeout must fail the test run too, since the build reuses it."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf8")
+    addopts = re.search(r'^addopts = "([^"]*)"', pyproject, re.M).group(1)  # (tomllib is 3.11+)
+    timeout = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))["execute"]["timeout"]
+    assert f"--nbval-cell-timeout={timeout}" in addopts.split()
+
+
 @pytest.fixture(scope="module")
 def configs():
     return plugin.book_reader_configs(ROOT)
