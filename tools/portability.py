@@ -210,7 +210,8 @@ class Processes:
 def run_one(processes: Processes, target: str, nodes: list[str], path: NumericPath, repeat: int,
             pytest_args: list[str], timeout: float) -> Outcome:
     """``python -m pytest NODES`` with the path's environment; what each cell or test gave."""
-    env = {**os.environ, **dict(path.env)}
+    # BOOK_NBVAL_CACHE=0: these runs' outputs are not the website's (book/conftest.py would cache them).
+    env = {**os.environ, **dict(path.env), "BOOK_NBVAL_CACHE": "0"}
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
