@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from transformer_lib._checks import check_float, check_int, check_tensor
 from transformer_lib.optim import cosine_lr_unchecked
-from transformer_lib.sft import Example, _check_examples, pad_examples, token_logps
+from transformer_lib.sft import Example, check_examples, pad_examples, token_logps
 
 
 def dpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor, reference_chosen_logps: Tensor,
@@ -97,7 +97,7 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: Sequence[tuple[Exa
                                                                for p in pairs):
         raise ValueError(f"{where}: pairs must be a non-empty list of (chosen, rejected) examples, got {pairs!r:.80}")
     chosen, rejected = [p[0] for p in pairs], [p[1] for p in pairs]
-    _check_examples(where, chosen + rejected)
+    check_examples(where, chosen + rejected)
     steps = check_int(where, "steps", steps, minimum=1)
     batch_size = check_int(where, "batch_size", batch_size, minimum=1)
     beta = check_float(where, "beta", beta, minimum=0.0, min_open=True)

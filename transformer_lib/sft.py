@@ -9,6 +9,7 @@ Exported from the chapter `book/22_sft.md`.
 __all__ = [
     "Example",
     "sft_example",
+    "check_examples",
     "pad_examples",
     "pack_examples",
     "token_logps",
@@ -70,7 +71,8 @@ def _rows(rows: Sequence[Example], pad_id: int, device) -> tuple[Tensor, Tensor]
     return x.to(device), y.to(device)
 
 
-def _check_examples(where: str, examples) -> None:
+def check_examples(where: str, examples) -> None:
+    """Refuse, naming ``where``, anything but a non-empty list of (inputs, targets) of equal non-zero lengths."""
     if not isinstance(examples, Sequence) or not examples:
         raise ValueError(f"{where}: examples must be a non-empty list of (inputs, targets), got {examples!r:.80}")
     for i, example in enumerate(examples):
@@ -90,7 +92,7 @@ def pad_examples(examples: Sequence[Example], *, pad_id: int = 0, device=None) -
         pad_id: the id put in the padding of ``x`` (any id of the vocabulary).
         device: where to put the tensors (default: the CPU).
     """
-    _check_examples("pad_examples", examples)
+    check_examples("pad_examples", examples)
     return _rows(examples, check_int("pad_examples", "pad_id", pad_id, minimum=0), device)
 
 
@@ -106,7 +108,7 @@ def pack_examples(examples: Sequence[Example], block_size: int, *, pad_id: int =
         ValueError: if an example is longer than ``block_size``.
     """
     where = "pack_examples"
-    _check_examples(where, examples)
+    check_examples(where, examples)
     block_size = check_int(where, "block_size", block_size, minimum=1)
     rows: list[Example] = [([], [])]
     for i, (x, y) in enumerate(examples):
@@ -163,7 +165,7 @@ def fine_tune(model: nn.Module, examples: Sequence[Example], *, steps: int, batc
             longer than the model's ``block_size``, or no parameter requires a gradient.
     """
     where = "fine_tune"
-    _check_examples(where, examples)
+    check_examples(where, examples)
     steps = check_int(where, "steps", steps, minimum=1)
     batch_size = check_int(where, "batch_size", batch_size, minimum=1)
     lr = check_float(where, "lr", lr, minimum=0.0, min_open=True)
