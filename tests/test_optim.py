@@ -533,3 +533,222 @@ def test_muon_with_adamw_muon_options_are_named_as_passed(kw, name):
     # The caller passed muon_lr (or muon_weight_decay): an error that names "lr" points at the wrong argument.
     with pytest.raises(ValueError, match=f"{name} must"):
         MuonWithAdamW(_tiny_gpt(torch.float32), **kw)
+
+
+# ---------------------------------------------------------------- the fast Muon: batched, split_qkv, ns_dtype="auto"
+def _ns_error_gain(steps=5, coefficients=NS_COEFFICIENTS):
+    """Sum over the iterates X_0 .. X_steps of the largest first-order gain of the iterations still to come.
+
+    A relative perturbation of X_k (a rounding) reaches the output multiplied by at most
+    max(|(p^j)'(s)|, p^j(s) / s) over the singular values s that X_k can have, with j = steps - k (p^j(s) / s
+    bounds the gain of a perturbation that turns the singular vectors, |(p^j)'| one that moves a singular value).
+    For Muon's quintic and five steps: 485 + 141 + 41 + 12 + 4 + 1, about 684.
+    """
+    a, b, c = coefficients
+    p = lambda x: a * x + b * x**3 + c * x**5
+    dp = lambda x: a + 3 * b * x**2 + 5 * c * x**4
+    iterates = [torch.linspace(1e-9, 1.0, 200_001, dtype=torch.float64)]
+    for _ in range(steps):
+        iterates.append(p(iterates[-1]))
+    total = 0.0
+    for k in range(steps + 1):
+        slope = torch.ones_like(iterates[0])
+        for j in range(k, steps):
+            slope = slope * dp(iterates[j])
+        total += max(slope.abs().max().item(), (iterates[steps] / iterates[k]).max().item())
+    return total
+
+
+def ns_float32_tolerance(n):
+    """Relative Frobenius tolerance of a float32 Newton-Schulz against the float64 one, inner dimension ``n``.
+
+    Each iterate carries a fresh rounding error of relative size about sqrt(n) u (products of length n with
+    rounding errors of random sign, float32's unit roundoff u = 2^-24), and grows by the gains of
+    :func:`_ns_error_gain`: tol = sqrt(n) u * 684, 4.6e-4 for n = 128 (measured: 1e-6 to 7e-6). In bfloat16 the
+    same bound, 684 * 2^-8 > 1, says nothing, so bfloat16 is held to the error of torch.optim.Muon's own.
+    """
+    return n**0.5 * 2.0**-24 * _ns_error_gain()
+
+
+def _rel(a, b):
+    """Relative Frobenius difference of each matrix of a stack (the largest)."""
+    a, b = a.double().flatten(-2), b.double().flatten(-2)
+    return ((a - b).norm(dim=-1) / b.norm(dim=-1)).max().item()
+
+
+def _gradient_like(*shape, seed=0):
+    """A stack of matrices with a few dominant directions over a noise floor, as gradients have."""
+    gen = torch.Generator().manual_seed(seed)
+    rank = 4
+    low = torch.randn(*shape[:-1], rank, generator=gen) @ torch.randn(*shape[:-2], rank, shape[-1], generator=gen)
+    return low + 0.1 * torch.randn(*shape, generator=gen)
+
+
+def test_ns_error_gain_is_derived_from_the_polynomial():
+    assert 680 < _ns_error_gain() < 690
+    assert _ns_error_gain(steps=1) == pytest.approx(NS_COEFFICIENTS[0] + 1, rel=1e-3)  # a, then the rounding of X_1
+
+
+@pytest.mark.parametrize("shape", [(128, 128), (128, 512), (512, 128), (48, 16), (16, 40)])
+def test_batched_newton_schulz_equals_the_loop(shape):
+    G = _gradient_like(6, *shape)
+    n = max(shape)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, ns_float32_tolerance(n))):
+        batched = newton_schulz(G.to(dtype), dtype=dtype)
+        loop = torch.stack([newton_schulz(g.to(dtype), dtype=dtype) for g in G])
+        assert batched.shape == G.shape and batched.dtype == dtype
+        assert _rel(batched, loop) <= tol, (dtype, _rel(batched, loop), tol)
+    ref = torch.stack([newton_schulz(g.double(), dtype=torch.float64) for g in G])
+    assert _rel(newton_schulz(G, dtype=torch.float32), ref) <= ns_float32_tolerance(n)
+    # bfloat16: no more than twice the error of the loop (torch.optim.Muon's operations) against float64
+    loop_err = _rel(torch.stack([newton_schulz(g) for g in G]), ref)
+    assert _rel(newton_schulz(G), ref) <= 2 * loop_err + ns_float32_tolerance(n), loop_err
+    # a stack with more leading dimensions, each matrix normalised on its own
+    G64 = G.double()
+    four = newton_schulz(torch.stack([G64[:3], 1024 * G64[3:]]), dtype=torch.float64)
+    assert _rel(four.flatten(0, 1), ref) <= 1e-12
+
+
+def _run_muon_on(shapes, opt_factory, steps=3, seed=0, dtype=torch.float32):
+    """Changes of parameters of ``shapes`` after ``steps`` updates of ``opt_factory(params)`` on seeded gradients."""
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.randn(s, generator=gen).to(dtype).requires_grad_() for s in shapes]  # the same numbers in any dtype
+    start = [p.detach().clone() for p in params]
+    opt = opt_factory(params)
+    for _ in range(steps):
+        for p in params:
+            p.grad = _gradient_like(*p.shape, seed=int(torch.randint(0, 10**6, (), generator=gen))).to(dtype)
+        opt.step()
+    return [p.detach() - s for p, s in zip(params, start)]
+
+
+# the baby GPT's matrices, the fused in_proj (3C x C) among them, and two odd shapes
+FAST_SHAPES = ((384, 128), (128, 128), (512, 128), (128, 512), (48, 16), (16, 40), (24, 24))
+
+
+@pytest.mark.parametrize("kw", [dict(lr=0.02), dict(lr=0.02, nesterov=False, weight_decay=0.1),
+                                dict(lr=0.01, adjust_lr_fn="match_rms_adamw", momentum=0.9)])
+def test_fast_muon_against_torch_muon(kw):
+    # torch.optim.Muon runs Newton-Schulz in bfloat16 whatever the parameters' dtype; the float64 reference is our
+    # exact mode (the loop, torch.optim.Muon's operations) with a float64 iteration
+    exact64 = _run_muon_on(FAST_SHAPES, lambda ps: Muon(ps, ns_dtype=torch.float64, **kw), dtype=torch.float64)
+    for ns_dtype in (torch.float32, torch.bfloat16):
+        exact = _run_muon_on(FAST_SHAPES, lambda ps: torch.optim.Muon(ps, **kw))  # bfloat16 Newton-Schulz
+        fast = _run_muon_on(FAST_SHAPES, lambda ps: Muon(ps, batched=True, ns_dtype=ns_dtype, **kw))
+        for shape, f, e, e64 in zip(FAST_SHAPES, fast, exact, exact64):
+            if ns_dtype == torch.float32:
+                # three steps: the momentum carries each step's difference on; the weights move by lr * update
+                assert _rel(f, e64) <= 3 * ns_float32_tolerance(max(shape)), (shape, _rel(f, e64))
+            else:
+                assert _rel(f, e64) <= 2 * _rel(e, e64) + 3 * ns_float32_tolerance(max(shape)), (shape, _rel(f, e64))
+
+
+def test_batched_muon_equals_the_loop_in_float64():
+    for kw in (dict(lr=0.02), dict(lr=0.02, split_qkv=True, weight_decay=0.1)):
+        loop = _run_muon_on(FAST_SHAPES, lambda ps: Muon(ps, ns_dtype=torch.float64, **kw), dtype=torch.float64)
+        batched = _run_muon_on(FAST_SHAPES, lambda ps: Muon(ps, ns_dtype=torch.float64, batched=True, **kw),
+                               dtype=torch.float64)
+        for a, b in zip(batched, loop):
+            assert (a - b).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("adjust_lr_fn", [None, "match_rms_adamw"])
+def test_split_qkv_is_torch_muon_on_three_matrices(adjust_lr_fn):
+    """A fused (3C, C) in_proj with split_qkv=True moves as W_Q, W_K and W_V would under torch.optim.Muon."""
+    C, steps = 32, 4
+    gen = torch.Generator().manual_seed(5)
+    W = torch.randn(3 * C, C, generator=gen)
+    grads = [_gradient_like(3 * C, C, seed=s) for s in range(steps)]
+    fused = W.clone().requires_grad_()
+    blocks = [w.clone().requires_grad_() for w in W.split(C)]
+    opts = {"exact": Muon([fused], lr=0.02, weight_decay=0.1, split_qkv=True, adjust_lr_fn=adjust_lr_fn),
+            "ref": torch.optim.Muon(blocks, lr=0.02, weight_decay=0.1, adjust_lr_fn=adjust_lr_fn)}
+    fast = W.clone().requires_grad_()
+    fast_opt = Muon([fast], lr=0.02, weight_decay=0.1, split_qkv=True, batched=True, ns_dtype=torch.float32,
+                    adjust_lr_fn=adjust_lr_fn)
+    ref64 = [w.double().requires_grad_() for w in W.split(C)]  # the three matrices, float64 Newton-Schulz
+    ref64_opt = Muon(ref64, lr=0.02, weight_decay=0.1, adjust_lr_fn=adjust_lr_fn, ns_dtype=torch.float64)
+    for g in grads:
+        fused.grad, fast.grad = g.clone(), g.clone()
+        for b, b64, gb in zip(blocks, ref64, g.split(C)):
+            b.grad, b64.grad = gb.clone(), gb.double()
+        for opt in (*opts.values(), fast_opt, ref64_opt):
+            opt.step()
+    ref = torch.cat([b.detach() for b in blocks])
+    assert (fused.detach() - ref).abs().max() <= ATOL[torch.float32]  # the loop: torch.optim.Muon's operations
+    move = torch.cat([b.detach() for b in ref64]) - W.double()
+    assert _rel(fast.detach() - W, move) <= steps * ns_float32_tolerance(C)
+    # and it is not the fused update: orthogonalising [W_Q; W_K; W_V] as one matrix moves them differently
+    whole = W.clone().requires_grad_()
+    whole_opt = Muon([whole], lr=0.02, weight_decay=0.1, adjust_lr_fn=adjust_lr_fn)
+    for g in grads:
+        whole.grad = g.clone()
+        whole_opt.step()
+    assert _rel(whole.detach() - W, move) > 0.05
+
+
+def test_split_qkv_leaves_other_shapes_alone():
+    shapes = ((128, 128), (512, 128), (128, 512))
+    plain = _run_muon_on(shapes, lambda ps: Muon(ps, lr=0.02, ns_dtype=torch.float64), dtype=torch.float64)
+    split = _run_muon_on(shapes, lambda ps: Muon(ps, lr=0.02, ns_dtype=torch.float64, split_qkv=True),
+                         dtype=torch.float64)
+    assert all(torch.equal(a, b) for a, b in zip(plain, split))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_ns_dtype_auto_follows_the_probe(monkeypatch, native):
+    import transformer_lib.optim as optim
+
+    monkeypatch.setattr(optim, "_cpu_has_bfloat16_matmul", lambda: native)
+    assert optim.bfloat16_is_native("cpu") is native
+    seen = []
+    real = optim.newton_schulz
+    monkeypatch.setattr(optim, "newton_schulz", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    for batched in (False, True):
+        p = torch.randn(8, 4, requires_grad=True)
+        p.grad = torch.randn(8, 4)
+        Muon([p], lr=0.02, ns_dtype="auto", batched=batched).step()
+    assert seen == [torch.bfloat16 if native else torch.float32] * 2
+
+
+def test_bfloat16_probe_on_other_devices():
+    from transformer_lib.optim import bfloat16_is_native
+
+    assert bfloat16_is_native("meta") is False
+    if not torch.cuda.is_available():
+        assert bfloat16_is_native("cuda") is False
+
+
+def test_muon_with_adamw_passes_the_fast_options():
+    model = _tiny_gpt(torch.float32)
+    opt = MuonWithAdamW(model, ns_dtype="auto", batched=True, split_qkv=True, **MIXED)
+    muon = opt.param_groups[0]
+    assert (muon["ns_dtype"], muon["batched"], muon["split_qkv"]) == ("auto", True, True)
+    before = copy.deepcopy(model.state_dict())
+    _gpt_steps([(model, opt)], 2)
+    assert all(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    plain = MuonWithAdamW(_tiny_gpt(torch.float32), **MIXED).param_groups[0]
+    assert (plain["batched"], plain["split_qkv"]) == (False, False)
+
+
+def test_muon_with_adamw_split_qkv_refuses_other_fused_shapes():
+    model = nn.Sequential()
+    model.add_module("mlp", nn.Linear(8, 24, bias=False))  # (24, 8): the shape of a fused in_proj, but not one
+    model.add_module("lm_head", nn.Linear(24, 5))
+    with pytest.raises(ValueError, match="split_qkv.*mlp.weight"):
+        MuonWithAdamW(model, split_qkv=True)
+    MuonWithAdamW(model)  # without split_qkv it is an ordinary matrix
+
+
+@pytest.mark.parametrize("kw, exc, name", [
+    (dict(batched=1), TypeError, "batched"),
+    (dict(batched="yes"), TypeError, "batched"),
+    (dict(split_qkv=None), TypeError, "split_qkv"),
+    (dict(ns_dtype="bfloat16"), TypeError, "ns_dtype"),
+    (dict(ns_dtype="Auto"), TypeError, "ns_dtype"),
+])
+def test_fast_options_bad_arguments_name_the_argument(kw, exc, name):
+    with pytest.raises(exc, match=f"Muon: {name} must"):
+        Muon([torch.randn(4, 4, requires_grad=True)], **kw)
+    with pytest.raises(exc, match=f"MuonWithAdamW: {name} must"):
+        MuonWithAdamW(_tiny_gpt(torch.float32), **kw)

@@ -23,6 +23,7 @@ __all__ = [
     "NS_COEFFICIENTS",
     "ADJUST_LR_FNS",
     "newton_schulz",
+    "bfloat16_is_native",
     "Muon",
     "split_muon_params",
     "MuonWithAdamW",
@@ -37,6 +38,7 @@ from torch import Tensor
 from torch.optim.adamw import adamw
 
 from transformer_lib._checks import check_betas, check_bool, check_choice, check_float, check_int
+from transformer_lib.multihead import _cpu_has_bfloat16_matmul
 
 
 class AdamW(torch.optim.Optimizer):
@@ -227,31 +229,64 @@ def newton_schulz(G: Tensor, steps: int = 5, coefficients: tuple[float, float, f
 
     Each step is ``X <- a X + (b A + c A^2) X`` with ``A = X X^T``; it keeps the singular vectors
     and maps each singular value through ``p(s) = a s + b s^3 + c s^5``. A tall ``G`` is transposed
-    first, so that ``A`` is the smaller Gram matrix. Same operations as ``torch.optim.Muon``.
+    first, so that ``A`` is the smaller Gram matrix. On a matrix, the operations of ``torch.optim.Muon``
+    (``addmm``); on a stack of matrices, the same chain batched (``baddbmm``), each matrix divided by
+    its own norm.
 
     Args:
-        G: (m, n) floating-point matrix.
+        G: (m, n) floating-point matrix, or a (..., m, n) stack of them.
         steps: number of iterations (5 in Muon).
         coefficients: ``(a, b, c)``.
         eps: floor of the Frobenius norm that ``G`` is divided by.
         dtype: the dtype the iteration runs in (bfloat16 in Muon).
 
     Returns:
-        (m, n) tensor of dtype ``dtype`` with the singular vectors of ``G``; with the default
+        tensor of ``G``'s shape and dtype ``dtype`` with the singular vectors of ``G``; with the default
         coefficients and five steps, every singular value ``s`` of ``G`` with ``s >= 3e-3 ||G||_F``
         becomes one in about [0.68, 1.21] (up to the rounding of ``dtype``).
     """
     a, b, c = coefficients
     X = G.to(dtype)
-    tall = G.size(0) > G.size(1)
+    tall = G.size(-2) > G.size(-1)
     if tall:
-        X = X.T
-    X = X.div(X.norm().clamp(min=eps))  # now ||X||_2 <= ||X||_F <= 1
-    for _ in range(steps):
-        A = X @ X.T
-        B = torch.addmm(A, A, A, beta=b, alpha=c)  # b A + c A^2
-        X = torch.addmm(X, B, X, beta=a)           # a X + B X
-    return X.T if tall else X
+        X = X.mT
+    if X.ndim == 2:
+        X = X.div(X.norm().clamp(min=eps))  # now ||X||_2 <= ||X||_F <= 1
+        for _ in range(steps):
+            A = X @ X.T
+            B = torch.addmm(A, A, A, beta=b, alpha=c)  # b A + c A^2
+            X = torch.addmm(X, B, X, beta=a)           # a X + B X
+    else:
+        batch = X.shape[:-2]
+        X = X.reshape(-1, *X.shape[-2:])
+        X = X.div(X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps))
+        for _ in range(steps):
+            A = torch.bmm(X, X.mT)
+            B = torch.baddbmm(A, A, A, beta=b, alpha=c)
+            X = torch.baddbmm(X, B, X, beta=a)
+        X = X.reshape(*batch, *X.shape[-2:])
+    return X.mT if tall else X
+
+
+def bfloat16_is_native(device: torch.device | str) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices in hardware, as PyTorch detects it.
+
+    A CUDA GPU: ``torch.cuda.is_bf16_supported(including_emulation=False)``; a CPU: AVX-512 BF16 or AMX
+    (Chapter 4's probe); anything else: False. Without it a bfloat16 product is emulated, and slower
+    than float32.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    return device.type == "cpu" and _cpu_has_bfloat16_matmul()
+
+
+def _ns_dtype(group: dict, device: torch.device) -> torch.dtype:
+    """The dtype of the Newton-Schulz iteration of ``group`` on ``device`` (``"auto"`` resolved by the probe)."""
+    dtype = group["ns_dtype"]
+    if dtype == "auto":
+        return torch.bfloat16 if bfloat16_is_native(device) else torch.float32
+    return dtype
 
 
 def _shape_factor(adjust_lr_fn: str | None, shape: torch.Size) -> float:
@@ -283,7 +318,13 @@ class Muon(torch.optim.Optimizer):
         ns_steps: Newton-Schulz iterations, in [1, 99].
         adjust_lr_fn: None, ``"original"`` or ``"match_rms_adamw"``.
         ns_dtype: the floating-point dtype of the iteration (bfloat16 as PyTorch; which is faster on a CPU
-            depends on its bfloat16 instructions, and Chapter 20 times both).
+            depends on its bfloat16 instructions, and Chapter 20 times both), or ``"auto"``: bfloat16 where
+            :func:`bfloat16_is_native` finds the parameter's device multiplies it in hardware, else float32.
+        batched: run Newton-Schulz once per shape, on the stack of the group's matrices of that shape (tall
+            ones transposed), instead of once per matrix; the same update up to rounding.
+        split_qkv: orthogonalise each (3n, n) matrix as three (n, n) blocks, each with the shape factor of
+            an (n, n) matrix: the query, key and value projections of a fused ``in_proj``, as
+            modded-nanoGPT does. Only for groups where that shape means a fused projection.
 
     Raises:
         TypeError, ValueError: naming the argument, for a value of the wrong type or out of range, or
@@ -293,10 +334,10 @@ class Muon(torch.optim.Optimizer):
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
                  nesterov: bool = True, ns_coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
                  eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None,
-                 ns_dtype: torch.dtype = torch.bfloat16):
+                 ns_dtype: torch.dtype | str = torch.bfloat16, batched: bool = False, split_qkv: bool = False):
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
                         ns_coefficients=ns_coefficients, eps=eps, ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
-                        ns_dtype=ns_dtype)
+                        ns_dtype=ns_dtype, batched=batched, split_qkv=split_qkv)
         _check_options(defaults)  # the defaults first, so that an error names the argument as given
         super().__init__(params, defaults)
         for group in self.param_groups:
@@ -314,6 +355,8 @@ class Muon(torch.optim.Optimizer):
         super().__setstate__(state)
         for group in self.param_groups:
             group.setdefault("ns_dtype", torch.bfloat16)
+            group.setdefault("batched", False)
+            group.setdefault("split_qkv", False)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -330,6 +373,7 @@ class Muon(torch.optim.Optimizer):
 def _muon_group_step(group: dict, states) -> None:
     """Muon's update of every parameter of ``group`` that has a gradient (``states``: the optimizer's state)."""
     lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+    todo = []  # (parameter, the matrices to orthogonalise: its update or its three blocks)
     for p in group["params"]:
         if p.grad is None:
             continue
@@ -340,9 +384,32 @@ def _muon_group_step(group: dict, states) -> None:
         buf = state["momentum_buffer"]
         buf.lerp_(grad, 1 - mu)                                    # (muon-update)
         update = grad.lerp(buf, mu) if group["nesterov"] else buf
-        O = newton_schulz(update, group["ns_steps"], group["ns_coefficients"], group["eps"], group["ns_dtype"])
+        rows, cols = p.shape
+        todo.append((p, update.unflatten(0, (3, cols)) if group["split_qkv"] and rows == 3 * cols else update[None]))
+    ns = (group["ns_steps"], group["ns_coefficients"], group["eps"])
+    if group["batched"]:
+        orthogonalised = _newton_schulz_by_shape([m for _, ms in todo for m in ms], group, *ns)
+    else:
+        orthogonalised = [newton_schulz(m, *ns, _ns_dtype(group, m.device)) for _, ms in todo for m in ms]
+    for p, ms in todo:
+        O = torch.cat(orthogonalised[:len(ms)]) if len(ms) > 1 else orthogonalised[0]
+        del orthogonalised[:len(ms)]
         p.mul_(1 - lr * wd)
-        p.add_(O, alpha=-lr * _shape_factor(group["adjust_lr_fn"], p.shape))
+        p.add_(O, alpha=-lr * _shape_factor(group["adjust_lr_fn"], ms[0].shape))
+
+
+def _newton_schulz_by_shape(matrices: list[Tensor], group: dict, steps: int, coefficients, eps: float) -> list[Tensor]:
+    """:func:`newton_schulz` of each matrix, batched: one call per (wide shape, dtype, device) on the stack."""
+    buckets: dict[tuple, list[int]] = {}
+    for i, m in enumerate(matrices):
+        wide = m.shape if m.size(0) <= m.size(1) else m.shape[::-1]
+        buckets.setdefault((tuple(wide), m.dtype, m.device), []).append(i)
+    out: list[Tensor] = [None] * len(matrices)
+    for (_, _, device), idx in buckets.items():
+        stack = torch.stack([matrices[i] if matrices[i].size(0) <= matrices[i].size(1) else matrices[i].T for i in idx])
+        for i, X in zip(idx, newton_schulz(stack, steps, coefficients, eps, _ns_dtype(group, device)).unbind()):
+            out[i] = X if matrices[i].size(0) <= matrices[i].size(1) else X.T
+    return out
 
 
 def _check_options(group: dict) -> None:
@@ -359,9 +426,15 @@ def _check_options(group: dict) -> None:
     group["eps"] = check_float(w, "eps", group["eps"], minimum=0.0, min_open=True)
     group["ns_steps"] = check_int(w, "ns_steps", group["ns_steps"], minimum=1, maximum=99)
     check_choice(w, "adjust_lr_fn", group["adjust_lr_fn"], ADJUST_LR_FNS)
-    dtype = group["ns_dtype"]
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"{w}: ns_dtype must be a floating-point torch.dtype, got ns_dtype={dtype!r}")
+    _check_ns_dtype(w, group["ns_dtype"])
+    group["batched"] = check_bool(w, "batched", group["batched"])
+    group["split_qkv"] = check_bool(w, "split_qkv", group["split_qkv"])
+
+
+def _check_ns_dtype(where: str, dtype) -> None:
+    """``ns_dtype`` must be a floating-point ``torch.dtype`` or ``"auto"``."""
+    if dtype != "auto" and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(f"{where}: ns_dtype must be a floating-point torch.dtype or 'auto', got ns_dtype={dtype!r}")
 
 
 def split_muon_params(model: nn.Module, head: Sequence[str] = ("lm_head",)) -> tuple[list[nn.Parameter],
@@ -413,8 +486,11 @@ class MuonWithAdamW(torch.optim.Optimizer):
         muon_weight_decay: Muon's decoupled weight decay (>= 0).
         momentum: Muon's momentum, in [0, 1).
         ns_dtype: the dtype of Muon's Newton-Schulz iteration (bfloat16 as PyTorch; which is faster on a CPU
-            depends on its bfloat16 instructions, and Chapter 20 times both).
+            depends on its bfloat16 instructions, and Chapter 20 times both), or ``"auto"`` (as :class:`Muon`).
         head: names of the output modules that stay on AdamW, as for :func:`split_muon_params`.
+        batched: :class:`Muon`'s ``batched``.
+        split_qkv: :class:`Muon`'s ``split_qkv``; every (3n, n) matrix of the Muon group must then be the
+            weight of an ``in_proj`` (a fused query, key and value projection).
 
     Raises:
         TypeError, ValueError: naming the argument, for a value of the wrong type or out of range.
@@ -422,8 +498,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     def __init__(self, model: nn.Module, *, lr: float = 1e-3, muon_lr: float = 0.02,
                  betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.0,
-                 muon_weight_decay: float = 0.0, momentum: float = 0.95, ns_dtype: torch.dtype = torch.bfloat16,
-                 head: Sequence[str] = ("lm_head",)):
+                 muon_weight_decay: float = 0.0, momentum: float = 0.95, ns_dtype: torch.dtype | str = torch.bfloat16,
+                 head: Sequence[str] = ("lm_head",), batched: bool = False, split_qkv: bool = False):
         w = "MuonWithAdamW"
         lr = check_float(w, "lr", lr, minimum=0.0, min_open=True)
         eps = check_float(w, "eps", eps, minimum=0.0, min_open=True)
@@ -435,11 +511,17 @@ class MuonWithAdamW(torch.optim.Optimizer):
         muon_lr = check_float(w, "muon_lr", muon_lr, minimum=0.0, min_open=True)
         muon_weight_decay = check_float(w, "muon_weight_decay", muon_weight_decay, minimum=0.0)
         momentum = check_float(w, "momentum", momentum, minimum=0.0, maximum=1.0, max_open=True)
-        if not isinstance(ns_dtype, torch.dtype) or not ns_dtype.is_floating_point:
-            raise TypeError(f"{w}: ns_dtype must be a floating-point torch.dtype, got ns_dtype={ns_dtype!r}")
+        _check_ns_dtype(w, ns_dtype)
+        batched, split_qkv = check_bool(w, "batched", batched), check_bool(w, "split_qkv", split_qkv)
+        if split_qkv:
+            names = {id(q): n for n, q in model.named_parameters()}
+            fused = [names[id(q)] for q in matrices if q.size(0) == 3 * q.size(1)]
+            if not all(n.endswith("in_proj.weight") for n in fused):
+                raise ValueError(f"{w}: split_qkv splits every (3n, n) Muon matrix in three, and these are not "
+                                 f"in_proj weights: {[n for n in fused if not n.endswith('in_proj.weight')]}")
         muon = dict(params=matrices, use_muon=True, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum,
                     nesterov=True, ns_coefficients=NS_COEFFICIENTS, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
-                    ns_dtype=ns_dtype)
+                    ns_dtype=ns_dtype, batched=batched, split_qkv=split_qkv)
         adam = dict(use_muon=False, lr=lr, betas=betas, eps=eps)
         groups = [muon, {**adam, "params": [p for p in others if p.ndim >= 2], "weight_decay": weight_decay},
                   {**adam, "params": [p for p in others if p.ndim < 2], "weight_decay": 0.0}]
