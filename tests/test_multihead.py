@@ -516,7 +516,7 @@ def test_matmul_attention_equals_sdpa_in_float64(is_causal):
 def test_the_bfloat16_probe_reads_the_processor():
     expected = any(getattr(torch.cpu, probe, lambda: False)()
                    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-    assert multihead._cpu_has_bfloat16_matmul() is expected
+    assert multihead.cpu_has_bfloat16_matmul() is expected
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -524,7 +524,7 @@ def test_the_bfloat16_probe_reads_the_processor():
 @pytest.mark.parametrize("bfloat16_matmul", [False, True], ids=["fused kernel", "two matmuls"])
 def test_bfloat16_on_cpu_matches_float32(is_causal, autocast, bfloat16_matmul, monkeypatch):
     # Both answers of the probe, whichever this CPU gives: the fused kernel and the two matmuls.
-    monkeypatch.setattr(multihead, "_cpu_has_bfloat16_matmul", lambda: bfloat16_matmul)
+    monkeypatch.setattr(multihead, "cpu_has_bfloat16_matmul", lambda: bfloat16_matmul)
     calls = []
     monkeypatch.setattr(multihead, "_matmul_attention", lambda *a: calls.append(1) or _matmul_attention(*a))
     # bfloat16 keeps 8 bits of mantissa: relative error about 4e-3 per rounding; outputs of order 1.

@@ -699,7 +699,7 @@ def test_split_qkv_leaves_other_shapes_alone():
 def test_ns_dtype_auto_follows_the_probe(monkeypatch, native):
     import transformer_lib.optim as optim
 
-    monkeypatch.setattr(optim, "_cpu_has_bfloat16_matmul", lambda: native)
+    monkeypatch.setattr(optim, "cpu_has_bfloat16_matmul", lambda: native)
     assert optim.bfloat16_is_native("cpu") is native
     seen = []
     real = optim.newton_schulz

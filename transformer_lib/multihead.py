@@ -13,6 +13,7 @@ Exported from the chapters
 __all__ = [
     "split_heads",
     "merge_heads",
+    "cpu_has_bfloat16_matmul",
     "MultiHeadAttention",
 ]
 
@@ -120,7 +121,7 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_
 
 
 @functools.cache
-def _cpu_has_bfloat16_matmul() -> bool:
+def cpu_has_bfloat16_matmul() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX), as PyTorch detects it.
 
     Without such instructions a bfloat16 matmul is emulated and the fused attention kernel is faster.
@@ -333,7 +334,7 @@ class MultiHeadAttention(nn.Module):
             y = weights @ v
             if average_attn_weights:
                 weights = weights.mean(dim=1)
-        elif mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu" and _cpu_has_bfloat16_matmul():
+        elif mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu" and cpu_has_bfloat16_matmul():
             y, weights = _matmul_attention(q, k, v, is_causal, dropout_p), None  # see "How fast is fused?"
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)

@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.optim.adamw import adamw
 
 from transformer_lib._checks import check_betas, check_bool, check_choice, check_float, check_int
-from transformer_lib.multihead import _cpu_has_bfloat16_matmul
+from transformer_lib.multihead import cpu_has_bfloat16_matmul
 
 
 class AdamW(torch.optim.Optimizer):
@@ -278,7 +278,7 @@ def bfloat16_is_native(device: torch.device | str) -> bool:
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
-    return device.type == "cpu" and _cpu_has_bfloat16_matmul()
+    return device.type == "cpu" and cpu_has_bfloat16_matmul()
 
 
 def _ns_dtype(group: dict, device: torch.device) -> torch.dtype:
