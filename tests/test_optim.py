@@ -752,3 +752,18 @@ def test_fast_options_bad_arguments_name_the_argument(kw, exc, name):
         Muon([torch.randn(4, 4, requires_grad=True)], **kw)
     with pytest.raises(exc, match=f"MuonWithAdamW: {name} must"):
         MuonWithAdamW(_tiny_gpt(torch.float32), **kw)
+
+
+def test_muon_with_adamw_resumes_a_state_dict_saved_before_the_fast_options():
+    model = _tiny_gpt(torch.float32)
+    opt = MuonWithAdamW(model, ns_dtype=torch.float32, **MIXED)
+    _gpt_steps([(model, opt)], 1)
+    saved = copy.deepcopy(opt.state_dict())
+    for group in saved["param_groups"]:
+        group.pop("batched", None), group.pop("split_qkv", None)  # as a checkpoint written before them
+    twin = copy.deepcopy(model)
+    fresh = MuonWithAdamW(twin, ns_dtype=torch.float32, **MIXED)
+    fresh.load_state_dict(saved)
+    _gpt_steps([(model, opt), (twin, fresh)], 1, seed=1)
+    for a, b in zip(model.state_dict().values(), twin.state_dict().values()):
+        assert torch.equal(a, b)

@@ -385,15 +385,15 @@ def _muon_group_step(group: dict, states) -> None:
         buf.lerp_(grad, 1 - mu)                                    # (muon-update)
         update = grad.lerp(buf, mu) if group["nesterov"] else buf
         rows, cols = p.shape
-        todo.append((p, update.unflatten(0, (3, cols)) if group["split_qkv"] and rows == 3 * cols else update[None]))
+        split = group.get("split_qkv", False) and rows == 3 * cols  # .get: groups saved before the option
+        todo.append((p, update.unflatten(0, (3, cols)) if split else update[None]))
     ns = (group["ns_steps"], group["ns_coefficients"], group["eps"])
-    if group["batched"]:
-        orthogonalised = _newton_schulz_by_shape([m for _, ms in todo for m in ms], group, *ns)
+    if group.get("batched", False):
+        orthogonalised = iter(_newton_schulz_by_shape([m for _, ms in todo for m in ms], group, *ns))
     else:
-        orthogonalised = [newton_schulz(m, *ns, _ns_dtype(group, m.device)) for _, ms in todo for m in ms]
+        orthogonalised = (newton_schulz(m, *ns, _ns_dtype(group, m.device)) for _, ms in todo for m in ms)
     for p, ms in todo:
-        O = torch.cat(orthogonalised[:len(ms)]) if len(ms) > 1 else orthogonalised[0]
-        del orthogonalised[:len(ms)]
+        O = torch.cat([next(orthogonalised) for _ in ms]) if len(ms) > 1 else next(orthogonalised)
         p.mul_(1 - lr * wd)
         p.add_(O, alpha=-lr * _shape_factor(group["adjust_lr_fn"], ms[0].shape))
 
