@@ -678,6 +678,14 @@ def test_split_qkv_is_torch_muon_on_three_matrices(adjust_lr_fn):
     assert (fused.detach() - ref).abs().max() <= ATOL[torch.float32]  # the loop: torch.optim.Muon's operations
     move = torch.cat([b.detach() for b in ref64]) - W.double()
     assert _rel(fast.detach() - W, move) <= steps * ns_float32_tolerance(C)
+    # bfloat16, batched: no more than twice the error of torch.optim.Muon's own bfloat16 update of the three blocks
+    fast16 = W.clone().requires_grad_()
+    fast16_opt = Muon([fast16], lr=0.02, weight_decay=0.1, split_qkv=True, batched=True, adjust_lr_fn=adjust_lr_fn)
+    for g in grads:
+        fast16.grad = g.clone()
+        fast16_opt.step()
+    torch_err = _rel(ref - W, move)
+    assert _rel(fast16.detach() - W, move) <= 2 * torch_err + steps * ns_float32_tolerance(C), torch_err
     # and it is not the fused update: orthogonalising [W_Q; W_K; W_V] as one matrix moves them differently
     whole = W.clone().requires_grad_()
     whole_opt = Muon([whole], lr=0.02, weight_decay=0.1, adjust_lr_fn=adjust_lr_fn)
@@ -709,6 +717,19 @@ def test_ns_dtype_auto_follows_the_probe(monkeypatch, native):
         p.grad = torch.randn(8, 4)
         Muon([p], lr=0.02, ns_dtype="auto", batched=batched).step()
     assert seen == [torch.bfloat16 if native else torch.float32] * 2
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_probe_on_a_gpu(monkeypatch, native):
+    from transformer_lib.optim import _ns_dtype, bfloat16_is_native
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: asked.append(
+        including_emulation) or native)
+    assert bfloat16_is_native("cuda:0") is native and asked == [False]  # hardware bfloat16, not emulated
+    assert _ns_dtype({"ns_dtype": "auto"}, torch.device("cuda")) == (torch.bfloat16 if native else torch.float32)
+    assert _ns_dtype({"ns_dtype": torch.float64}, torch.device("cuda")) == torch.float64  # an explicit dtype stays
 
 
 def test_bfloat16_probe_on_other_devices():
