@@ -169,6 +169,7 @@ def test_train_writes_a_self_contained_run_directory(tmp_path, data_file):
     assert [r["step"] for r in records] == [0, 4, 8]
     last = records[-1]
     assert f"train loss {last['train_loss']:.4f}" in result.stdout and f"val loss {last['val_loss']:.4f}" in result.stdout
+    assert "step 8/8 in float32:" in result.stdout  # the precision it trained in
     assert str(out) in result.stdout and "Traceback" not in result.stderr
     ckpt = load_checkpoint(out / CHECKPOINT_FILE)
     tok = CharTokenizer.load(out / TOKENIZER_FILE)

@@ -415,6 +415,8 @@ def test_train_config_preset_errors():
     (dict(muon_lr=-0.02), ValueError, "muon_lr"),
     (dict(muon_lr=float("nan")), ValueError, "muon_lr"),
     (dict(muon_lr="0.02"), TypeError, "muon_lr"),
+    (dict(muon_split_qkv="yes"), TypeError, "muon_split_qkv"),
+    (dict(muon_split_qkv=1), TypeError, "muon_split_qkv"),
     (dict(schedule="linear"), ValueError, "schedule must be one of 'cosine', 'wsd'"),
     (dict(decay_frac=0.0), ValueError, "decay_frac"),
     (dict(decay_frac=1.5), ValueError, "decay_frac"),

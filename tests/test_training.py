@@ -197,7 +197,7 @@ def test_train_writes_metrics_and_checkpoint(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CHECKPOINT_FILE, METRICS_FILE])
     lines = [json.loads(s) for s in (tmp_path / METRICS_FILE).read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 4, 8, 10]
-    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed", "train_time"} for r in lines)
+    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed", "train_time", "precision"} for r in lines)
     assert all(math.isfinite(r["val_loss"]) for r in lines)
     assert lines[-1]["val_loss"] < lines[0]["val_loss"]
     assert load_checkpoint(tmp_path / CHECKPOINT_FILE)["step"] == 10
@@ -529,3 +529,139 @@ def test_time_budget_stops_the_run_and_decays_the_learning_rate(tmp_path, monkey
     # then the peak until half the budget is spent, and a linear decay to 0 over the second half
     expected = [2e-3 * min(1.0, (1.0 - step / 128) / 0.5) for step in range(2, 128)]
     assert lrs[2:] == pytest.approx(expected, rel=1e-12, abs=0.0)
+
+
+# ---------------------------------------------------------------- Chapter 10: precision="auto"
+def test_time_precisions_times_both_and_leaves_the_model_as_it_was():
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.5)
+    before = copy.deepcopy(model.state_dict())
+    rng = torch.get_rng_state()
+    times = transformer_lib.training.time_precisions(model, DATA, batch_size=2, device="cpu", passes=2)
+    assert set(times) == {"float32", "bfloat16"} and all(t > 0 for t in times.values()), times
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in model.parameters())  # .grad untouched
+    assert torch.equal(torch.get_rng_state(), rng) and model.training
+
+
+class _NoBfloat16GPT(GPT):
+    """A GPT on a device that cannot run bfloat16: its forward pass fails under bfloat16 autocast."""
+
+    def forward(self, *args, **kwargs):
+        if torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("bfloat16 is not supported here")
+        return super().forward(*args, **kwargs)
+
+
+def test_time_precisions_leaves_out_a_precision_the_device_cannot_run():
+    torch.manual_seed(0)
+    times = transformer_lib.training.time_precisions(_NoBfloat16GPT(TINY), DATA, batch_size=2, device="cpu")
+    assert set(times) == {"float32"}, times
+
+
+def _fixed_probe(monkeypatch, times: dict) -> list:
+    """Make train's probe report ``times``; returns the list of calls it received."""
+    calls = []
+
+    def probe(model, data, *, batch_size, device, passes=3):
+        calls.append((batch_size, str(device)))
+        return dict(times)
+
+    monkeypatch.setattr(transformer_lib.training, "time_precisions", probe)
+    return calls
+
+
+@pytest.mark.parametrize("times, chosen", [
+    ({"float32": 1.0, "bfloat16": 0.89}, "bfloat16"),   # more than 10 % faster
+    ({"float32": 1.0, "bfloat16": 0.91}, "float32"),    # faster, but not by enough to give up float32
+    ({"float32": 1.0, "bfloat16": 3.0}, "float32"),     # emulated bfloat16
+    ({"float32": 1.0}, "float32"),                      # a device without bfloat16
+])
+def test_auto_precision_trains_in_the_precision_the_probe_picks(tmp_path, monkeypatch, times, chosen):
+    calls = _fixed_probe(monkeypatch, times)
+    runs = {}
+    for precision in ("auto", chosen):
+        torch.manual_seed(0)
+        model = GPT(TINY)
+        history = train(model, DATA[:2500], DATA[2500:], small_config(max_steps=4, precision=precision),
+                        out_dir=tmp_path / precision, progress=False)
+        runs[precision] = (history, model.state_dict())
+    assert calls == [(4, "cpu")]  # asked once, by the "auto" run, with the run's batch size
+    (h_auto, w_auto), (h_fixed, w_fixed) = runs["auto"], runs[chosen]
+    assert [h["loss"] for h in h_auto] == [h["loss"] for h in h_fixed]  # the same run, bit for bit
+    assert all(torch.equal(w_auto[k], w_fixed[k]) for k in w_auto)
+    records = [json.loads(s) for s in (tmp_path / "auto" / METRICS_FILE).read_text().splitlines()]
+    assert {r["precision"] for r in records} == {chosen}
+    assert load_checkpoint(tmp_path / "auto" / CHECKPOINT_FILE)["metrics"]["precision"] == chosen
+
+
+def test_a_resumed_auto_run_keeps_the_precision_it_started_in(tmp_path, monkeypatch):
+    config = small_config(max_steps=8, precision="auto")
+    _fixed_probe(monkeypatch, {"float32": 1.0, "bfloat16": 0.5})
+    torch.manual_seed(0)
+    train(GPT(TINY), DATA[:2500], DATA[2500:], config, out_dir=tmp_path / "a", stop_at=4, progress=False)
+    calls = _fixed_probe(monkeypatch, {"float32": 1.0, "bfloat16": 2.0})  # the machine changed its mind
+    resumed = GPT(TINY)
+    train(resumed, DATA[:2500], DATA[2500:], config, out_dir=tmp_path / "a", resume=True, progress=False)
+    assert calls == []  # no second probe
+    torch.manual_seed(0)
+    straight = GPT(TINY)
+    train(straight, DATA[:2500], DATA[2500:], dataclasses.replace(config, precision="bfloat16"), progress=False)
+    assert all(torch.equal(p, q) for p, q in zip(straight.state_dict().values(), resumed.state_dict().values()))
+    records = [json.loads(s) for s in (tmp_path / "a" / METRICS_FILE).read_text().splitlines()]
+    assert {r["precision"] for r in records} == {"bfloat16"}
+
+
+def test_precision_auto_is_a_choice_and_others_are_refused():
+    assert TrainConfig(precision="auto").precision == "auto"
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="float16")
+
+
+DDP_VOTE_WORKER = '''
+import sys
+import torch
+import torch.distributed as dist
+import transformer_lib.training as training
+from transformer_lib.config import GPTConfig, TrainConfig
+from transformer_lib.gpt import GPT
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+# rank 0 finds bfloat16 twice as fast, rank 1 finds it slower: they must agree on float32
+training.time_precisions = lambda *a, **k: {"float32": 1.0, "bfloat16": 0.5 if rank == 0 else 2.0}
+data = (torch.arange(3000) * 7 + torch.arange(3000) // 13) % 65
+model = GPT(GPTConfig.from_preset("tiny", bias=False))
+config = TrainConfig(max_steps=2, warmup_steps=1, batch_size=2, eval_interval=2, eval_iters=1, precision="auto")
+training.train(model, data[:2500], data[2500:], config, out_dir=sys.argv[1], progress=False)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_ddp_ranks_agree_on_the_auto_precision(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(DDP_VOTE_WORKER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+         f"--master_port={port}", str(script), str(tmp_path / "ddp")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert load_checkpoint(tmp_path / "ddp" / CHECKPOINT_FILE)["metrics"]["precision"] == "float32"
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("split", [True, False])
+def test_muon_in_train_batches_newton_schulz_where_bfloat16_is_native(monkeypatch, native, split):
+    monkeypatch.setattr(transformer_lib.training, "bfloat16_is_native", lambda device: native)
+    config = small_config(optimizer="muon", muon_split_qkv=split)
+    opt = transformer_lib.training._make_optimizer(GPT(TINY), config)
+    (muon,) = [g for g in opt.param_groups if g["use_muon"]]
+    assert muon["ns_dtype"] == "auto" and muon["batched"] is native and muon["split_qkv"] is split

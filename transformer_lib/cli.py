@@ -56,7 +56,7 @@ import torch.distributed as dist
 from transformer_lib._checks import check_device, check_float, check_int, check_memory, describe, format_bytes
 from transformer_lib.arithmetic import ASSISTANT, END, SPECIAL, USER
 from transformer_lib.checkpoint import save_checkpoint
-from transformer_lib.config import GPT_PRESETS, GPTConfig, TrainConfig, gpt_param_count
+from transformer_lib.config import GPT_PRESETS, PRECISIONS, GPTConfig, TrainConfig, gpt_param_count
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.generation import generate
@@ -205,9 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-interval", type=int, metavar="N",
                    help=f"evaluate and write a checkpoint every N steps (default: {d.eval_interval})")
     p.add_argument("--seed", type=int, help=f"seed of the initialisation and the batches (default: {d.seed})")
-    p.add_argument("--precision", choices=["float32", "bfloat16"],
-                   help="bfloat16: mixed precision, faster where the processor has bfloat16 instructions "
-                        f"(default: {d.precision})")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="bfloat16: mixed precision, faster where the processor has bfloat16 instructions; auto: "
+                        f"the faster of the two, timed at the start (default: {d.precision})")
     p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda if available, else cpu)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=train_command, command_prog=p.prog)
@@ -514,8 +514,8 @@ def train_command(args: argparse.Namespace) -> int:
             files = ", ".join((CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE))
             where = (f"{steps} steps in the time budget of {budget:g} s ({last['train_time']:.1f} s of training)"
                      if spent else f"step {steps}/{train_config.max_steps}")
-            say(f"{where}: train loss {last['train_loss']:.4f}, val loss {last['val_loss']:.4f} (estimates); "
-                f"{out}/ holds {files}")
+            say(f"{where} in {last['precision']}: train loss {last['train_loss']:.4f}, val loss "
+                f"{last['val_loss']:.4f} (estimates); {out}/ holds {files}")
     return 0
 
 
