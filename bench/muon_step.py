@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from _machine import cpu_flags  # bench/ is on sys.path when a script here runs
+
 from transformer_lib import GPT, GPTConfig
 from transformer_lib.optim import Muon, bfloat16_is_native, split_muon_params
 
@@ -32,16 +34,6 @@ MODES = {
     "batched": {"batched": True},
     "batched+split_qkv": {"batched": True, "split_qkv": True},
 }
-
-
-def _cpu_flags() -> list[str]:
-    """The CPU flags that matter for matrix products (x86 Linux; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
-    except (OSError, StopIteration):
-        return []
-    return sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
 
 
 def time_modes(preset: str, dtypes: list[torch.dtype], rounds: int, steps: int) -> dict:
@@ -82,7 +74,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     dtypes = [torch.float32, torch.bfloat16]
     machine = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "bfloat16_is_native": bfloat16_is_native("cpu"),
-               "cpu_flags": _cpu_flags(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "cpu_flags": cpu_flags(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                "processor": platform.processor() or platform.machine()}
     print(f"CPU capability {machine['cpu_capability']}, bfloat16_is_native: {machine['bfloat16_is_native']}, "
           f"{machine['threads']} thread(s), torch {machine['torch']}")

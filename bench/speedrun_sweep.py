@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from _machine import cpu_flags  # bench/ is on sys.path when a script here runs
+
 #: name -> (changes to the "speedrun" GPT preset, changes to the "speedrun" training preset). The starting
 #: point is the preset of the first ablation (float32, exact Muon, batches of 8 sequences of 128).
 BASE_TRAIN = {"precision": "float32", "batch_size": 8}
@@ -59,16 +61,6 @@ CONFIGS: dict[str, tuple[dict, dict]] = {
     "... batch 32, width 192": ({"n_embd": 192, "n_head": 3}, {"precision": "bfloat16", "fast_muon": True,
                                                                "muon_split_qkv": True, "batch_size": 32}),
 }
-
-
-def _cpu_flags() -> list[str]:
-    """The CPU flags that matter for matrix products (x86 Linux; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
-    except (OSError, StopIteration):
-        return []
-    return sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))
 
 
 def _build(name: str, vocab_size: int, device: str = "cpu"):
@@ -163,7 +155,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
         ms = speed(names, args.rounds, args.steps)
         record = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
-                  "cpu": platform.processor() or platform.machine(), "cpu_flags": _cpu_flags(),
+                  "cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
                   "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": args.threads,
                   "configs": {n: {"model": CONFIGS[n][0], "train": {**BASE_TRAIN, **CONFIGS[n][1]}} for n in CONFIGS},
                   "ms_per_step": ms, "learn": []}
