@@ -104,8 +104,6 @@ def book():
 
 # Errors that every page of the website logs, whatever it holds (the API reference too); not the playground's.
 SITE_WIDE = {
-    # The browser asks every site for /favicon.ico, and the book has none (html_favicon is not set).
-    r"/favicon\.ico - Failed to load resource: the server responded with a status of 404",
     # sphinx-thebe 0.3.1 writes its configuration script twice into the head of every page.
     r"Uncaught SyntaxError: Identifier 'THEBE_JS_URL' has already been declared",
     # pydata-sphinx-theme 0.17 under sphinx-book-theme 1.3 starts with an empty theme mode (then uses "auto").
