@@ -208,3 +208,23 @@ def test_test_run_then_website_build(tmp_path):
     assert "The answer is 42." in text  # the glued value
     failed = (tmp_path / "_build" / "html" / "book" / "failed.html").read_text(encoding="utf8")
     assert "executed by the website build" in failed
+
+
+@pytest.mark.parametrize("preset", [None, "avx2"], ids=["conftest's kernels", "the caller's kernels"])
+def test_a_chapter_kernel_gets_a_compile_cache_of_its_kernel_set(monkeypatch, preset):
+    # torch.compile's cache does not key on ATEN_CPU_CAPABILITY: scalar kernels compiled under "default" must not
+    # be found by a later run on the CPU's own kernels.
+    monkeypatch.delenv(plugin.INDUCTOR_CACHE_ENV, raising=False)
+    if preset is None:
+        monkeypatch.delenv(plugin.KERNELS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(plugin.KERNELS_ENV, preset)
+    kernels = preset or plugin.CHAPTER_KERNELS
+    hook = plugin.pytest_runtest_setup(type("Item", (), {"path": Path("book/01_x.ipynb")})())
+    next(hook)  # the chapter's kernel starts here
+    assert os.environ[plugin.KERNELS_ENV] == kernels
+    assert os.environ[plugin.INDUCTOR_CACHE_ENV] == plugin.inductor_cache_dir(kernels)
+    with pytest.raises(StopIteration):
+        next(hook)
+    assert plugin.INDUCTOR_CACHE_ENV not in os.environ and os.environ.get(plugin.KERNELS_ENV) == preset
+    assert len({plugin.inductor_cache_dir(k) for k in ("default", "avx2", "avx512")}) == 3
