@@ -15,9 +15,15 @@ The predicted loss at equal time is the learning run's score. The best configura
 real time-budget runs (``train --preset speedrun --time-budget 100`` and ``evaluate``), which Chapter 21
 reports.
 
+Configurations added later are timed in turns with one already in the record and placed at its recorded
+time times their ratio to it (``--relative-to``), so that the record's other rows keep the times their
+learning runs used. A compiled configuration is compiled before it is timed (``TrainConfig.compile``).
+
 Usage:
     python bench/speedrun_sweep.py --phase speed --threads 2 --out bench/results/speedrun_sweep.json
     python bench/speedrun_sweep.py --phase learn --jobs 2 --out bench/results/speedrun_sweep.json
+    python bench/speedrun_sweep.py --phase speed --relative-to "... batch 32" \
+        --only "... batch 16, compiled" "... batch 32, compiled" --out bench/results/speedrun_sweep.json
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from _machine import cpu_flags  # bench/ is on sys.path when a script here runs
 
 #: name -> (changes to the "speedrun" GPT preset, changes to the "speedrun" training preset). The starting
 #: point is the preset of the first ablation (float32, exact Muon, batches of 8 sequences of 128).
-BASE_TRAIN = {"precision": "float32", "batch_size": 8}
+BASE_TRAIN = {"precision": "float32", "batch_size": 8, "compile": False}
 CONFIGS: dict[str, tuple[dict, dict]] = {
     "float32, exact Muon (the first preset)": ({}, {}),
     "bfloat16 autocast": ({}, {"precision": "bfloat16"}),
@@ -60,6 +66,15 @@ CONFIGS: dict[str, tuple[dict, dict]] = {
                                                 "muon_split_qkv": True, "batch_size": 32}),
     "... batch 32, width 192": ({"n_embd": 192, "n_head": 3}, {"precision": "bfloat16", "fast_muon": True,
                                                                "muon_split_qkv": True, "batch_size": 32}),
+    "... batch 16, compiled": ({}, {"precision": "bfloat16", "fast_muon": True, "muon_split_qkv": True,
+                                    "batch_size": 16, "compile": True}),
+    "... batch 32, compiled": ({}, {"precision": "bfloat16", "fast_muon": True, "muon_split_qkv": True,
+                                    "batch_size": 32, "compile": True}),
+    "... batch 16, compiled, decay 0.7": ({}, {"precision": "bfloat16", "fast_muon": True, "muon_split_qkv": True,
+                                               "batch_size": 16, "compile": True, "decay_frac": 0.7}),
+    "... batch 8, context 256, compiled": ({"block_size": 256}, {"precision": "bfloat16", "fast_muon": True,
+                                                                 "muon_split_qkv": True, "batch_size": 8,
+                                                                 "compile": True}),
 }
 
 
@@ -84,18 +99,21 @@ def speed(names: list[str], rounds: int, steps: int) -> dict[str, float]:
     from transformer_lib.data import get_batch
 
     data = torch.randint(0, 65, (200_000,), generator=torch.Generator().manual_seed(0))
+    from transformer_lib.training import _training_net
+
     runs = {}
     for name in names:
         torch.manual_seed(0)
         model, opt, config, _ = _build(name, 65)
-        runs[name] = (model, opt, config, torch.Generator().manual_seed(0), [])
+        net = _training_net(model, data, config, config.precision, 1)  # compiled here with "compile"
+        runs[name] = (model, net, opt, config, torch.Generator().manual_seed(0), [])
     for r in range(rounds + 1):  # round 0 warms up
-        for name, (model, opt, config, gen, times) in runs.items():
+        for name, (model, net, opt, config, gen, times) in runs.items():
             start = time.perf_counter()
             for _ in range(steps):
                 x, y = get_batch(data, model.config.block_size, config.batch_size, generator=gen)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.precision == "bfloat16"):
-                    loss = model(x, y)[1]
+                    loss = net(x, y)[1]
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -143,6 +161,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--jobs", type=int, default=1, help="learn: runs at a time (each on 1 thread)")
     parser.add_argument("--only", nargs="+", help="configurations to run (default: all)")
+    parser.add_argument("--relative-to", metavar="NAME",
+                        help="speed: time the --only configurations in turns with NAME, a configuration of the record, "
+                             "and add them to the record at NAME's recorded time times their ratio to it")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one learning run, as JSON
     args = parser.parse_args(argv)
     if args.one:
@@ -151,6 +172,19 @@ def main(argv=None) -> None:
         return
     names = args.only or list(CONFIGS)
     out = Path(args.out)
+    if args.phase == "speed" and args.relative_to:
+        torch.set_num_threads(args.threads)
+        record = json.loads(out.read_text())
+        ms = speed([args.relative_to] + names, args.rounds, args.steps)
+        for n in names:
+            record["configs"][n] = {"model": CONFIGS[n][0], "train": {**BASE_TRAIN, **CONFIGS[n][1]}}
+            record["ms_per_step"][n] = record["ms_per_step"][args.relative_to] * ms[n] / ms[args.relative_to]
+        record.setdefault("relative_speed", []).append({"date": datetime.date.today().isoformat(),
+                                                        "threads": args.threads, "ms_per_step": ms})
+        out.write_text(json.dumps(record, indent=1) + "\n")
+        for n, v in ms.items():
+            print(f"{n:<45}{v:8.1f} ms/step now, {record['ms_per_step'][n]:8.1f} in the record")
+        return
     if args.phase == "speed":
         torch.set_num_threads(args.threads)
         ms = speed(names, args.rounds, args.steps)
@@ -165,11 +199,16 @@ def main(argv=None) -> None:
         return
     record = json.loads(out.read_text())
     record["budget"] = args.budget
-    # Learning rates change the arithmetic of no step: such configurations share the mean speed of their shape.
+    # Learning rates and their schedule change the arithmetic of no step: such configurations share the mean
+    # speed of their shape.
     def shape(n):
-        return json.dumps([CONFIGS[n][0], {k: v for k, v in CONFIGS[n][1].items() if k not in ("lr", "muon_lr")}])
+        return json.dumps([CONFIGS[n][0], {k: v for k, v in CONFIGS[n][1].items()
+                                           if k not in ("lr", "muon_lr", "decay_frac")}])
 
     ms = {n: statistics.mean(v for m, v in record["ms_per_step"].items() if shape(m) == shape(n)) for n in names}
+    for n in names:  # a configuration new to the record takes the speed of its shape
+        record["configs"].setdefault(n, {"model": CONFIGS[n][0], "train": {**BASE_TRAIN, **CONFIGS[n][1]}})
+        record["ms_per_step"].setdefault(n, ms[n])
     todo = [(n, math.floor(args.budget * 1e3 / ms[n]), s) for n in names for s in args.seeds]
 
     def run(job):

@@ -816,6 +816,7 @@ def test_time_budget_run_then_evaluate_then_resume(tmp_path, data_file, capsys):
     assert stdout.startswith(f"{steps} steps in the time budget of 1 s ("), stdout
     last = json.loads((out / METRICS_FILE).read_text().splitlines()[-1])
     assert last["step"] == steps and f"val loss {last['val_loss']:.4f}" in stdout
+    assert f"after {last['setup_time']:.1f} s of set-up outside it)" in stdout, stdout
     assert "interrupted" not in err and "--resume" not in err
 
     status, stdout, err = run_main(capsys, "evaluate", "--checkpoint", out, "--data", data_file, "--device", "cpu")
@@ -848,4 +849,6 @@ def test_speedrun_preset_trains_its_recipe_for_the_time_budget(tmp_path, capsys)
     # the speedrun model takes the speedrun training recipe, with the flags given
     assert stored == TrainConfig.from_preset("speedrun", time_budget=2.0, eval_interval=10**6,
                                              checkpoint_interval=10**6, device="cpu")
-    assert stored.optimizer == "muon"
+    assert stored.optimizer == "muon" and stored.compile
+    setup = json.loads((out / METRICS_FILE).read_text().splitlines()[-1])["setup_time"]
+    assert setup > 0.0  # the compilation (and the precision probe), outside the budget

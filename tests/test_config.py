@@ -417,6 +417,8 @@ def test_train_config_preset_errors():
     (dict(muon_lr="0.02"), TypeError, "muon_lr"),
     (dict(muon_split_qkv="yes"), TypeError, "muon_split_qkv"),
     (dict(muon_split_qkv=1), TypeError, "muon_split_qkv"),
+    (dict(compile="yes"), TypeError, "compile"),
+    (dict(compile=1), TypeError, "compile"),
     (dict(schedule="linear"), ValueError, "schedule must be one of 'cosine', 'wsd'"),
     (dict(decay_frac=0.0), ValueError, "decay_frac"),
     (dict(decay_frac=1.5), ValueError, "decay_frac"),
@@ -441,5 +443,6 @@ def test_train_config_speedrun_fields_defaults_and_round_trip(tmp_path):
     assert TrainConfig.from_json(tmp_path / "train.json") == d
     speedrun = TrainConfig.from_preset("speedrun")
     assert speedrun.optimizer == "muon" and speedrun.time_budget > 0  # a time-budget recipe with Muon
+    assert speedrun.compile and not c.compile  # compiled outside the budget; Chapter 9's runs are eager
 
 

@@ -197,7 +197,8 @@ def test_train_writes_metrics_and_checkpoint(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CHECKPOINT_FILE, METRICS_FILE])
     lines = [json.loads(s) for s in (tmp_path / METRICS_FILE).read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 4, 8, 10]
-    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed", "train_time", "precision"} for r in lines)
+    assert all(set(r) == {"step", "train_loss", "val_loss", "lr", "elapsed", "train_time", "precision", "setup_time"}
+               for r in lines)
     assert all(math.isfinite(r["val_loss"]) for r in lines)
     assert lines[-1]["val_loss"] < lines[0]["val_loss"]
     assert load_checkpoint(tmp_path / CHECKPOINT_FILE)["step"] == 10
@@ -665,3 +666,106 @@ def test_muon_in_train_batches_newton_schulz_where_bfloat16_is_native(monkeypatc
     opt = transformer_lib.training._make_optimizer(GPT(TINY), config)
     (muon,) = [g for g in opt.param_groups if g["use_muon"]]
     assert muon["ns_dtype"] == "auto" and muon["batched"] is native and muon["split_qkv"] is split
+
+
+# ---------------------------------------------------------------- Chapter 21: TrainConfig(compile=True)
+def _count_compiles(monkeypatch, make=None):
+    """Count torch.compile's calls in train; ``make(module)`` replaces what it returns."""
+    calls, real = [], torch.compile
+
+    def fake(module, *args, **kwargs):
+        calls.append(module)
+        return make(module) if make is not None else real(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", fake)
+    return calls
+
+
+def test_a_compiled_run_matches_the_eager_run(tmp_path, monkeypatch):
+    config = small_config(max_steps=6, eval_interval=6, checkpoint_interval=6)
+    runs = {}
+    for compiled in (False, True):
+        calls = _count_compiles(monkeypatch)
+        torch.manual_seed(0)
+        model = GPT(TINY)
+        out = tmp_path / str(compiled)
+        history = train(model, DATA[:2500], DATA[2500:], dataclasses.replace(config, compile=compiled), out_dir=out,
+                        progress=False)
+        assert len(calls) == int(compiled)
+        runs[compiled] = [h["loss"] for h in history], model, json.loads((out / METRICS_FILE).read_text().splitlines()[-1])
+        assert list(model.state_dict()) == list(GPT(TINY).state_dict())  # the bare model, no "_orig_mod."
+    (eager_losses, eager, _), (compiled_losses, compiled, record) = runs[False], runs[True]
+    # float32: the compiled kernels sum in other orders (a few ulp of a loss of 4 nats, ~1e-6 per step); six AdamW
+    # steps at lr 1e-3 move the weights by at most 6e-3, so rounding-level gradient differences stay far below 1e-4.
+    assert max(abs(a - b) for a, b in zip(eager_losses, compiled_losses)) < 1e-4, (eager_losses, compiled_losses)
+    for a, b in zip(eager.parameters(), compiled.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+    assert record["setup_time"] > 0.0
+
+
+def test_compiling_leaves_gradients_and_random_state_as_they_were(monkeypatch):
+    from transformer_lib.training import _training_net
+
+    calls = _count_compiles(monkeypatch)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.from_preset("tiny", dropout=0.1))  # dropout draws from the global generator
+    sentinels = [torch.full_like(p, 7.0) for p in model.parameters()]
+    for p, s in zip(model.parameters(), sentinels):
+        p.grad = s
+    state = torch.get_rng_state()
+    net = _training_net(model, DATA, small_config(compile=True), "float32", 1)
+    assert len(calls) == 1 and net is not model
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(p.grad is s for p, s in zip(model.parameters(), sentinels))
+
+
+def test_a_failed_compilation_warns_and_trains_eagerly(tmp_path, monkeypatch):
+    class Broken(nn.Module):
+        def forward(self, *args):
+            raise RuntimeError("no C++ compiler found\nmore detail")
+
+    config = small_config(max_steps=4, eval_interval=4, checkpoint_interval=4)
+    torch.manual_seed(0)
+    eager = GPT(TINY)
+    eager_history = train(eager, DATA[:2500], DATA[2500:], config, progress=False)
+    calls = _count_compiles(monkeypatch, make=lambda module: Broken())
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    with pytest.warns(RuntimeWarning, match=r"torch.compile failed, training without it \(RuntimeError: no C\+\+ "
+                                            r"compiler found\)"):
+        history = train(model, DATA[:2500], DATA[2500:], dataclasses.replace(config, compile=True), progress=False)
+    assert len(calls) == 1
+    assert [h["loss"] for h in history] == [h["loss"] for h in eager_history]  # the same eager run, bit for bit
+
+
+@pytest.mark.parametrize("bfloat16_matmul", [False, True], ids=["fused kernel", "two matmuls"])
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_the_speedrun_model_compiles_into_one_graph(precision, bfloat16_matmul, monkeypatch):
+    # A graph break splits the compiled step (e.g. a call Dynamo does not trace, such as PyTorch's CPU probes).
+    import transformer_lib.multihead as multihead
+
+    monkeypatch.setattr(multihead, "_CPU_BF16_MATMUL", bfloat16_matmul)  # both paths of the attention
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.from_preset("speedrun", block_size=32))
+    x = DATA[:64].view(2, 32)
+
+    def loss(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            return model(x, y)[1]
+
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(loss)(x, x)
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+
+
+@pytest.mark.parametrize("times,chosen", [
+    ({"float32": 1.0, "bfloat16": 0.9}, "bfloat16"),   # at the threshold: bfloat16
+    ({"float32": 1.0, "bfloat16": 0.91}, "float32"),
+    ({"float32": 1.0, "bfloat16": 3.0}, "float32"),    # emulated bfloat16
+    ({"float32": 1.0}, "float32"),                     # a device without bfloat16
+])
+def test_faster_precision_takes_bfloat16_only_at_the_threshold_or_below(times, chosen):
+    from transformer_lib.training import BFLOAT16_SPEEDUP, faster_precision
+
+    assert BFLOAT16_SPEEDUP == 0.9
+    assert faster_precision(times) == chosen

@@ -512,7 +512,8 @@ def train_command(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         if rank == 0:
             files = ", ".join((CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE))
-            where = (f"{steps} steps in the time budget of {budget:g} s ({last['train_time']:.1f} s of training)"
+            where = (f"{steps} steps in the time budget of {budget:g} s ({last['train_time']:.1f} s of training, "
+                     f"after {last['setup_time']:.1f} s of set-up outside it)"
                      if spent else f"step {steps}/{train_config.max_steps}")
             say(f"{where} in {last['precision']}: train loss {last['train_loss']:.4f}, val loss "
                 f"{last['val_loss']:.4f} (estimates); {out}/ holds {files}")

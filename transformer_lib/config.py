@@ -265,6 +265,8 @@ class TrainConfig(JSONConfig):
             ``max_steps``, and the schedule follows the fraction of the budget spent instead of the
             fraction of ``max_steps``: the budget decides the schedule's length. Such a run
             depends on the speed of the machine, so resuming it is not bit for bit.
+        compile: train through ``torch.compile``, compiled before the first step and outside the time
+            budget; where compilation fails the run warns and trains without it.
     """
 
     max_steps: int = 2000
@@ -287,6 +289,7 @@ class TrainConfig(JSONConfig):
     schedule: str = "cosine"
     decay_frac: float = 0.5
     time_budget: float = 0.0
+    compile: bool = False
 
     def __post_init__(self):
         w = "TrainConfig"
@@ -320,6 +323,7 @@ class TrainConfig(JSONConfig):
         check_choice(w, "schedule", self.schedule, ("cosine", "wsd"))
         put("decay_frac", check_float(w, "decay_frac", self.decay_frac, minimum=0.0, maximum=1.0, min_open=True))
         put("time_budget", check_float(w, "time_budget", self.time_budget, minimum=0.0))
+        check_bool(w, "compile", self.compile)
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "TrainConfig":
@@ -339,7 +343,7 @@ TRAIN_PRESETS: dict[str, dict] = {
     # Chapter 21's speedrun recipe for the "speedrun" GPT: 100 s of training on 2 CPU cores.
     "speedrun": dict(
         max_steps=MAX_STEPS, time_budget=100.0, optimizer="muon", lr=4e-3, muon_lr=0.05, muon_split_qkv=True,
-        min_lr=0.0, schedule="wsd", decay_frac=0.5, warmup_steps=50, batch_size=32, precision="auto",
+        min_lr=0.0, schedule="wsd", decay_frac=0.5, warmup_steps=50, batch_size=16, precision="auto", compile=True,
         eval_interval=500, eval_iters=10, checkpoint_interval=2000,
     ),
 }

@@ -17,8 +17,6 @@ __all__ = [
     "MultiHeadAttention",
 ]
 
-import functools
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -120,14 +118,18 @@ def _matmul_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, dropout_
     return weights @ v
 
 
-@functools.cache
 def cpu_has_bfloat16_matmul() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX), as PyTorch detects it.
 
     Without such instructions a bfloat16 matmul is emulated and the fused attention kernel is faster.
     """
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # absent on other processors
-    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+    return _CPU_BF16_MATMUL
+
+
+# Probed once, when the module is imported: a plain constant, which torch.compile folds into its graph
+# (it does not trace PyTorch's CPU probes, and would split the graph at each call).
+_CPU_BF16_MATMUL = any(getattr(torch.cpu, probe, lambda: False)()  # absent on other processors
+                       for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
 
 
 def _check_mask(where: str, name: str, mask, device: torch.device) -> None:

@@ -16,6 +16,7 @@ __all__ = [
     "train",
     "BFLOAT16_SPEEDUP",
     "time_precisions",
+    "faster_precision",
 ]
 
 import contextlib
@@ -25,6 +26,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -167,8 +169,8 @@ def train(model: CausalLM, train_data: Tensor, val_data: Tensor, config: TrainCo
     By default the optimizer is AdamW with a linear warm-up and a cosine decay over ``config.max_steps``.
 
     Every ``eval_interval`` steps and at the end, :func:`estimate_loss` runs on both splits and, with
-    ``out_dir``, ``{"step", "train_loss", "val_loss", "lr", "elapsed", "train_time", "precision"}`` is appended to
-    ``METRICS_FILE``; ``CHECKPOINT_FILE`` is written every ``checkpoint_interval`` steps and at the end. Under an
+    ``out_dir``, ``{"step", "train_loss", "val_loss", "lr", "elapsed", "train_time", "precision", "setup_time"}``
+    is appended to ``METRICS_FILE`` (``setup_time``: the seconds before the first step, outside any budget); ``CHECKPOINT_FILE`` is written every ``checkpoint_interval`` steps and at the end. Under an
     initialised ``torch.distributed`` process group (``torchrun``), the model is wrapped in
     ``DistributedDataParallel``, every rank trains on its slice of the same global batch of
     ``batch_size * world_size`` sequences, and only rank 0 evaluates and writes files.
@@ -269,12 +271,11 @@ def _train_loop(model: CausalLM, train_data: Tensor, val_data: Tensor, c: TrainC
         start, history, elapsed0, train_time = 0, [], 0.0, 0.0
         if writer:
             (out_dir / METRICS_FILE).write_text("", encoding="utf-8")  # a fresh run starts a fresh log
-    # Under DDP the forward and backward passes go through the wrapper, which copies rank 0's
-    # parameters to every rank once, here, and averages the gradients over the ranks during every
-    # backward; evaluation and checkpoints use the bare model.
-    net = model if world == 1 else DistributedDataParallel(model)
+    setup_start = time.perf_counter()
     precision = _train_precision(model, train_data, c, checkpoint)
+    net = _training_net(model, train_data, c, precision, world)  # evaluation and checkpoints use the bare model
     t0 = time.perf_counter()
+    setup_time = t0 - setup_start  # outside any time budget
 
     def evaluate(step: int, lr: float) -> None:
         losses = {}
@@ -283,7 +284,8 @@ def _train_loop(model: CausalLM, train_data: Tensor, val_data: Tensor, c: TrainC
             losses[split] = estimate_loss(model, data, block_size=block_size, batch_size=c.batch_size,
                                           iters=c.eval_iters, generator=g, device=c.device)
         record = {"step": step, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-                  "elapsed": elapsed0 + time.perf_counter() - t0, "train_time": train_time, "precision": precision}
+                  "elapsed": elapsed0 + time.perf_counter() - t0, "train_time": train_time, "precision": precision,
+                  "setup_time": setup_time}
         if out_dir is not None:
             with open(out_dir / METRICS_FILE, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
@@ -362,11 +364,42 @@ def _train_precision(model: CausalLM, train_data: Tensor, config: TrainConfig, c
     if config.precision != "auto":
         return config.precision
     times = time_precisions(model, train_data, batch_size=config.batch_size, device=config.device)
-    faster = times.get("bfloat16", math.inf) <= BFLOAT16_SPEEDUP * times["float32"]
-    vote = torch.tensor([float(faster)], device=config.device)
+    vote = torch.tensor([float(faster_precision(times) == "bfloat16")], device=config.device)
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(vote, op=dist.ReduceOp.MIN)  # every rank must gain, and all train alike
     return "bfloat16" if vote.item() else "float32"
+
+
+def _training_net(model: CausalLM, train_data: Tensor, config: TrainConfig, precision: str, world: int) -> nn.Module:
+    """What the loop's forward and backward passes call: ``model``, or with ``world`` > 1 processes its
+    ``DistributedDataParallel`` wrapper; with ``config.compile``, that compiled by ``torch.compile``.
+
+    The compilation happens here, in one forward and backward pass in ``precision`` on a (batch_size,
+    block_size) batch drawn with a generator of its own; the parameters' ``.grad`` and the random
+    state are put back as they were. If it raises, the run warns and gets the network uncompiled.
+    """
+    net = model if world == 1 else DistributedDataParallel(model)
+    if not config.compile:
+        return net
+    compiled = torch.compile(net)
+    device = torch.device(config.device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad for p in params]
+    x, y = get_batch(train_data, model.config.block_size, config.batch_size,
+                     generator=torch.Generator().manual_seed(0), device=device)
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # dropout draws
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+                loss = compiled(x, y)[1]
+            loss.backward()
+    except Exception as err:  # no C++ compiler, a platform Inductor does not support, ...
+        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        warnings.warn(f"train: torch.compile failed, training without it ({reason})", RuntimeWarning, stacklevel=2)
+        return net
+    finally:
+        for p, g in zip(params, grads):
+            p.grad = g
+    return compiled
 
 
 def _learning_rate(config: TrainConfig, step: int, train_time: float) -> float:
@@ -434,3 +467,9 @@ def time_precisions(model: CausalLM, data: Tensor, *, batch_size: int, device: s
                     continue
                 seconds.append(time.perf_counter() - start)
     return {p: statistics.median(s[1:]) for p, s in times.items() if s}
+
+
+def faster_precision(times: dict[str, float]) -> str:
+    """``"bfloat16"`` if ``times`` (from :func:`time_precisions`) has it at most ``BFLOAT16_SPEEDUP`` of
+    float32's time, else ``"float32"``."""
+    return "bfloat16" if times.get("bfloat16", math.inf) <= BFLOAT16_SPEEDUP * times["float32"] else "float32"
