@@ -24,6 +24,7 @@ from transformer_lib.optim import (
     fused_adamw,
     inverse_sqrt_lr,
     newton_schulz,
+    polar_express_coefficients,
     split_muon_params,
     weight_decay_groups,
 )
@@ -366,6 +367,9 @@ def test_top_level_exports():
     (dict(eps=0.0), ValueError, "eps"),
     (dict(nesterov=1), TypeError, "nesterov"),
     (dict(ns_coefficients=(1.0, 2.0)), ValueError, "ns_coefficients"),
+    (dict(ns_coefficients=[NS_COEFFICIENTS] * 4), ValueError, "ns_coefficients"),  # 4 triples for 5 steps
+    (dict(ns_coefficients=[NS_COEFFICIENTS] * 4 + [(1.0, 2.0)]), ValueError, "ns_coefficients"),
+    (dict(ns_coefficients=[(1.0, "2", 3.0)] * 5), TypeError, "ns_coefficients"),
     (dict(adjust_lr_fn="rms"), ValueError, "adjust_lr_fn"),
     (dict(ns_dtype=torch.int32), TypeError, "ns_dtype"),
 ])
@@ -788,3 +792,85 @@ def test_muon_with_adamw_resumes_a_state_dict_saved_before_the_fast_options():
     _gpt_steps([(model, opt), (twin, fresh)], 1, seed=1)
     for a, b in zip(model.state_dict().values(), twin.state_dict().values()):
         assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- Polar Express: one polynomial per step
+def _compose(coefficients, x):
+    for a, b, c in coefficients:
+        x = a * x + b * x**3 + c * x**5
+    return x
+
+
+@pytest.mark.parametrize("steps, lower, widen", [(5, 1e-3, 0.01), (4, 1e-3, 0.0), (3, 0.05, 0.02), (8, 1e-6, 0.01)])
+def test_polar_express_polynomials_equioscillate(steps, lower, widen):
+    # Chebyshev: the minimax odd quintic on [lo, hi] has |1 - p| <= E on the interval, reached with alternating
+    # signs at lo, the two interior extrema and hi; and it maps the interval onto [1 - E, 1 + E], the next one.
+    coefficients = polar_express_coefficients(steps, lower, widen)
+    assert len(coefficients) == steps
+    lo, hi = lower, 1.0
+    for a, b, c in coefficients:
+        x = torch.linspace(lo, hi * (1 + widen), 400_001, dtype=torch.float64)
+        err = 1 - (a * x + b * x**3 + c * x**5)
+        E = err.abs().max().item()
+        # rel 1e-7: the 4x4 solve spans lo^5 to 1 (1e-30 for lo = 1e-6), which costs digits; a wrong extremum
+        # or sign would be off by percents
+        assert err[0].item() == pytest.approx(E, rel=1e-7) and err[-1].item() == pytest.approx(-E, rel=1e-7)
+        sign_changes = (torch.sign(err[1:]) != torch.sign(err[:-1])).sum().item()
+        assert sign_changes == 3  # four alternation points: lo, q, r, hi
+        lo, hi = 1 - E, 1 + E
+
+
+def test_polar_express_beats_one_polynomial_at_equal_steps():
+    x = torch.geomspace(1e-3, 1.0, 100_001, dtype=torch.float64) if hasattr(torch, "geomspace") else \
+        torch.logspace(-3, 0, 100_001, dtype=torch.float64)
+    ours = _compose(polar_express_coefficients(5), x)
+    muon = _compose([NS_COEFFICIENTS] * 5, x)
+    assert (ours - 1).abs().max() < 0.5 * (muon - 1).abs().max()
+
+
+def test_newton_schulz_takes_one_triple_per_step():
+    G = torch.randn(24, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    coefficients = polar_express_coefficients(5)
+    X = G / G.norm()
+    for a, b, c in coefficients:  # the iteration written out, step by step
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    for H in (G, G.T, torch.stack([G, 2 * G])):
+        out = newton_schulz(H, coefficients=coefficients, dtype=torch.float64)
+        want = X.T if H.shape == G.T.shape else (torch.stack([X, X]) if H.ndim == 3 else X)
+        torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+    # one triple, repeated, is the default iteration
+    torch.testing.assert_close(newton_schulz(G, coefficients=[NS_COEFFICIENTS] * 5, dtype=torch.float64),
+                               newton_schulz(G, dtype=torch.float64), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="one \\(a, b, c\\) per step.*4 triples for steps=5"):
+        newton_schulz(G, coefficients=coefficients[:4])
+
+
+def test_muon_with_polar_express_steps_with_its_polynomials():
+    coefficients = polar_express_coefficients(4)
+    W = torch.randn(16, 24, generator=torch.Generator().manual_seed(1), dtype=torch.float64, requires_grad=True)
+    W.grad = torch.randn(16, 24, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    start = W.detach().clone()
+    opt = Muon([W], lr=0.1, weight_decay=0.0, nesterov=False, momentum=0.0, ns_steps=4,
+               ns_coefficients=coefficients, ns_dtype=torch.float64)
+    assert opt.param_groups[0]["ns_coefficients"] == tuple(coefficients)
+    opt.step()
+    want = start - 0.1 * newton_schulz(W.grad, 4, coefficients, dtype=torch.float64)
+    torch.testing.assert_close(W.detach(), want, rtol=0, atol=1e-12)
+    both = MuonWithAdamW(_tiny_gpt(torch.float32), ns_coefficients=coefficients, ns_steps=4)
+    assert (both.param_groups[0]["ns_coefficients"], both.param_groups[0]["ns_steps"]) == (tuple(coefficients), 4)
+    with pytest.raises(ValueError, match="MuonWithAdamW: ns_coefficients must"):
+        MuonWithAdamW(_tiny_gpt(torch.float32), ns_coefficients=coefficients)  # 4 triples, 5 steps
+
+
+@pytest.mark.parametrize("kw, exc, name", [
+    (dict(steps=0), ValueError, "steps"),
+    (dict(steps=2.0), TypeError, "steps"),
+    (dict(lower=0.0), ValueError, "lower"),
+    (dict(lower=1.0), ValueError, "lower"),
+    (dict(widen=-0.1), ValueError, "widen"),
+    (dict(widen="0.01"), TypeError, "widen"),
+])
+def test_polar_express_bad_arguments_name_the_argument(kw, exc, name):
+    with pytest.raises(exc, match=f"polar_express_coefficients: {name} must"):
+        polar_express_coefficients(**kw)

@@ -23,6 +23,7 @@ __all__ = [
     "NS_COEFFICIENTS",
     "ADJUST_LR_FNS",
     "newton_schulz",
+    "polar_express_coefficients",
     "bfloat16_is_native",
     "Muon",
     "split_muon_params",
@@ -223,7 +224,7 @@ NS_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 ADJUST_LR_FNS = (None, "original", "match_rms_adamw")
 
 
-def newton_schulz(G: Tensor, steps: int = 5, coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+def newton_schulz(G: Tensor, steps: int = 5, coefficients: Sequence = NS_COEFFICIENTS,
                   eps: float = 1e-7, dtype: torch.dtype = torch.bfloat16) -> Tensor:
     """Approximately ``U V^T`` of ``G = U S V^T``: the quintic Newton-Schulz iteration on ``G / ||G||_F``.
 
@@ -236,7 +237,8 @@ def newton_schulz(G: Tensor, steps: int = 5, coefficients: tuple[float, float, f
     Args:
         G: (m, n) floating-point matrix, or a (..., m, n) stack of them.
         steps: number of iterations (5 in Muon).
-        coefficients: ``(a, b, c)``.
+        coefficients: ``(a, b, c)`` of every step, or a sequence of ``steps`` such triples, one per step
+            (:func:`polar_express_coefficients`).
         eps: floor of the Frobenius norm that ``G`` is divided by.
         dtype: the dtype the iteration runs in (bfloat16 in Muon).
 
@@ -244,15 +246,18 @@ def newton_schulz(G: Tensor, steps: int = 5, coefficients: tuple[float, float, f
         tensor of ``G``'s shape and dtype ``dtype`` with the singular vectors of ``G``; with the default
         coefficients and five steps, every singular value ``s`` of ``G`` with ``s >= 3e-3 ||G||_F``
         becomes one in about [0.68, 1.21] (up to the rounding of ``dtype``).
+
+    Raises:
+        ValueError: ``coefficients`` a sequence of triples whose length is not ``steps``.
     """
-    a, b, c = coefficients
+    per_step = _per_step(coefficients, steps)
     X = G.to(dtype)
     tall = G.size(-2) > G.size(-1)
     if tall:
         X = X.mT
     if X.ndim == 2:
         X = X.div(X.norm().clamp(min=eps))  # now ||X||_2 <= ||X||_F <= 1
-        for _ in range(steps):
+        for a, b, c in per_step:
             A = X @ X.T
             B = torch.addmm(A, A, A, beta=b, alpha=c)  # b A + c A^2
             X = torch.addmm(X, B, X, beta=a)           # a X + B X
@@ -260,12 +265,67 @@ def newton_schulz(G: Tensor, steps: int = 5, coefficients: tuple[float, float, f
         batch = X.shape[:-2]
         X = X.reshape(-1, *X.shape[-2:])
         X = X.div(X.norm(dim=(-2, -1), keepdim=True).clamp(min=eps))
-        for _ in range(steps):
+        for a, b, c in per_step:
             A = torch.bmm(X, X.mT)
             B = torch.baddbmm(A, A, A, beta=b, alpha=c)
             X = torch.baddbmm(X, B, X, beta=a)
         X = X.reshape(*batch, *X.shape[-2:])
     return X.mT if tall else X
+
+
+def _per_step(coefficients: Sequence, steps: int) -> list[tuple[float, float, float]]:
+    """The ``(a, b, c)`` of each of ``steps`` steps: one triple repeated, or one per step."""
+    if isinstance(coefficients[0], (int, float)):
+        return [tuple(coefficients)] * steps
+    if len(coefficients) != steps:
+        raise ValueError(f"newton_schulz: coefficients must hold one (a, b, c) per step, got {len(coefficients)} "
+                         f"triples for steps={steps}")
+    return [tuple(abc) for abc in coefficients]
+
+
+def polar_express_coefficients(steps: int = 5, lower: float = 1e-3,
+                               widen: float = 0.01) -> tuple[tuple[float, float, float], ...]:
+    """Polar Express's odd quintics (Amsel et al. 2025): one ``(a, b, c)`` per Newton-Schulz step.
+
+    Step ``t``'s polynomial is the odd quintic that is closest to 1 in the worst case (minimax) on
+    ``[l_t, (1 + widen) u_t]``, where ``[l_t, u_t]`` holds the singular values before the step
+    (``[lower, 1]`` at the start, after the division by the Frobenius norm); it maps that interval onto
+    ``[1 - E_t, 1 + E_t]``, the next. The widening keeps a singular value that rounding pushed past
+    ``u_t`` inside the interval the polynomial was fitted on.
+
+    Args:
+        steps: number of polynomials, in [1, 99].
+        lower: the smallest singular value, relative to ``||G||_F``, to bring near 1, in (0, 1).
+        widen: relative widening of each interval at the top, in [0, 1).
+
+    Returns:
+        ``steps`` triples ``(a, b, c)``, for ``newton_schulz(coefficients=...)`` or ``Muon(ns_coefficients=...)``.
+
+    Raises:
+        TypeError, ValueError: naming the argument, for a value of the wrong type or out of range.
+    """
+    w = "polar_express_coefficients"
+    steps = check_int(w, "steps", steps, minimum=1, maximum=99)
+    lower = check_float(w, "lower", lower, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    widen = check_float(w, "widen", widen, minimum=0.0, maximum=1.0, max_open=True)
+    out, lo, hi = [], lower, 1.0
+    for _ in range(steps):
+        a, b, c, err = _minimax_quintic(lo, hi * (1 + widen))
+        out.append((a, b, c))
+        lo, hi = 1 - err, 1 + err
+    return tuple(out)
+
+
+def _minimax_quintic(lo: float, hi: float, rounds: int = 50) -> tuple[float, float, float, float]:
+    """Remez exchange: ``(a, b, c, E)`` of the odd quintic ``p`` minimising ``max |1 - p|`` on [lo, hi]."""
+    q, r = (3 * lo + hi) / 4, (lo + 3 * hi) / 4  # first guesses of p's interior extrema
+    for _ in range(rounds):
+        rows = [[x, x**3, x**5, sign] for x, sign in ((lo, 1), (q, -1), (r, 1), (hi, -1))]  # p(x) = 1 -/+ E
+        a, b, c, err = torch.linalg.solve(torch.tensor(rows, dtype=torch.float64),
+                                          torch.ones(4, dtype=torch.float64)).tolist()
+        root = math.sqrt(9 * b * b - 20 * a * c)  # p'(x) = a + 3b x^2 + 5c x^4 = 0, a quadratic in x^2
+        q, r = sorted(math.sqrt((-3 * b + sign * root) / (10 * c)) for sign in (-1, 1))
+    return a, b, c, err
 
 
 def bfloat16_is_native(device: torch.device | str) -> bool:
@@ -313,7 +373,8 @@ class Muon(torch.optim.Optimizer):
         weight_decay: decoupled weight decay (>= 0), multiplied by ``lr``.
         momentum: ``mu``, in [0, 1).
         nesterov: use the Nesterov form of the momentum.
-        ns_coefficients: ``(a, b, c)`` of :func:`newton_schulz`.
+        ns_coefficients: ``(a, b, c)`` of :func:`newton_schulz`, or ``ns_steps`` of them, one per step
+            (:func:`polar_express_coefficients`).
         eps: floor of the Frobenius norm in :func:`newton_schulz` (> 0).
         ns_steps: Newton-Schulz iterations, in [1, 99].
         adjust_lr_fn: None, ``"original"`` or ``"match_rms_adamw"``.
@@ -332,7 +393,7 @@ class Muon(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
-                 nesterov: bool = True, ns_coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+                 nesterov: bool = True, ns_coefficients: Sequence = NS_COEFFICIENTS,
                  eps: float = 1e-7, ns_steps: int = 5, adjust_lr_fn: str | None = None,
                  ns_dtype: torch.dtype | str = torch.bfloat16, batched: bool = False, split_qkv: bool = False):
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
@@ -419,16 +480,25 @@ def _check_options(group: dict) -> None:
     group["weight_decay"] = check_float(w, "weight_decay", group["weight_decay"], minimum=0.0)
     group["momentum"] = check_float(w, "momentum", group["momentum"], minimum=0.0, maximum=1.0, max_open=True)
     group["nesterov"] = check_bool(w, "nesterov", group["nesterov"])
-    coefficients = group["ns_coefficients"]
-    if not isinstance(coefficients, (tuple, list)) or len(coefficients) != 3:
-        raise ValueError(f"{w}: ns_coefficients must be three numbers (a, b, c), got ns_coefficients={coefficients!r}")
-    group["ns_coefficients"] = tuple(check_float(w, "ns_coefficients", v) for v in coefficients)
     group["eps"] = check_float(w, "eps", group["eps"], minimum=0.0, min_open=True)
     group["ns_steps"] = check_int(w, "ns_steps", group["ns_steps"], minimum=1, maximum=99)
+    group["ns_coefficients"] = _check_coefficients(w, group["ns_coefficients"], group["ns_steps"])
     check_choice(w, "adjust_lr_fn", group["adjust_lr_fn"], ADJUST_LR_FNS)
     _check_ns_dtype(w, group["ns_dtype"])
     group["batched"] = check_bool(w, "batched", group["batched"])
     group["split_qkv"] = check_bool(w, "split_qkv", group["split_qkv"])
+
+
+def _check_coefficients(where: str, coefficients, steps: int) -> tuple:
+    """``ns_coefficients``: one ``(a, b, c)``, or ``steps`` of them; returned as tuples of floats."""
+    def triple(abc) -> bool:
+        return isinstance(abc, (tuple, list)) and len(abc) == 3
+    if triple(coefficients) and not any(isinstance(v, (tuple, list)) for v in coefficients):
+        return tuple(check_float(where, "ns_coefficients", v) for v in coefficients)
+    if isinstance(coefficients, (tuple, list)) and len(coefficients) == steps and all(map(triple, coefficients)):
+        return tuple(tuple(check_float(where, "ns_coefficients", v) for v in abc) for abc in coefficients)
+    raise ValueError(f"{where}: ns_coefficients must be three numbers (a, b, c) or ns_steps={steps} such triples, "
+                     f"got ns_coefficients={coefficients!r}")
 
 
 def _check_ns_dtype(where: str, dtype) -> None:
@@ -487,6 +557,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         momentum: Muon's momentum, in [0, 1).
         ns_dtype: the dtype of Muon's Newton-Schulz iteration (bfloat16 as PyTorch; which is faster on a CPU
             depends on its bfloat16 instructions, and Chapter 20 times both), or ``"auto"`` (as :class:`Muon`).
+        ns_coefficients, ns_steps: :class:`Muon`'s.
         head: names of the output modules that stay on AdamW, as for :func:`split_muon_params`.
         batched: :class:`Muon`'s ``batched``.
         split_qkv: :class:`Muon`'s ``split_qkv``; every (3n, n) matrix of the Muon group must then be the
@@ -499,7 +570,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
     def __init__(self, model: nn.Module, *, lr: float = 1e-3, muon_lr: float = 0.02,
                  betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.0,
                  muon_weight_decay: float = 0.0, momentum: float = 0.95, ns_dtype: torch.dtype | str = torch.bfloat16,
-                 head: Sequence[str] = ("lm_head",), batched: bool = False, split_qkv: bool = False):
+                 ns_coefficients: Sequence = NS_COEFFICIENTS, ns_steps: int = 5, head: Sequence[str] = ("lm_head",),
+                 batched: bool = False, split_qkv: bool = False):
         w = "MuonWithAdamW"
         lr = check_float(w, "lr", lr, minimum=0.0, min_open=True)
         eps = check_float(w, "eps", eps, minimum=0.0, min_open=True)
@@ -512,6 +584,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
         muon_weight_decay = check_float(w, "muon_weight_decay", muon_weight_decay, minimum=0.0)
         momentum = check_float(w, "momentum", momentum, minimum=0.0, maximum=1.0, max_open=True)
         _check_ns_dtype(w, ns_dtype)
+        ns_steps = check_int(w, "ns_steps", ns_steps, minimum=1, maximum=99)
+        ns_coefficients = _check_coefficients(w, ns_coefficients, ns_steps)
         batched, split_qkv = check_bool(w, "batched", batched), check_bool(w, "split_qkv", split_qkv)
         if split_qkv:
             names = {id(q): n for n, q in model.named_parameters()}
@@ -520,7 +594,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
                 raise ValueError(f"{w}: split_qkv splits every (3n, n) Muon matrix in three, and these are not "
                                  f"in_proj weights: {[n for n in fused if not n.endswith('in_proj.weight')]}")
         muon = dict(params=matrices, use_muon=True, lr=muon_lr, weight_decay=muon_weight_decay, momentum=momentum,
-                    nesterov=True, ns_coefficients=NS_COEFFICIENTS, eps=1e-7, ns_steps=5, adjust_lr_fn=None,
+                    nesterov=True, ns_coefficients=ns_coefficients, eps=1e-7, ns_steps=ns_steps, adjust_lr_fn=None,
                     ns_dtype=ns_dtype, batched=batched, split_qkv=split_qkv)
         adam = dict(use_muon=False, lr=lr, betas=betas, eps=eps)
         groups = [muon, {**adam, "params": [p for p in others if p.ndim >= 2], "weight_decay": weight_decay},
