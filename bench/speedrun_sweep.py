@@ -9,7 +9,8 @@ gives it. This script measures them separately.
 2. **Learning** (``--phase learn``): every configuration trains for the number of steps that fits in the
    budget at the measured speed, with the speedrun's warm-up-stable-decay schedule laid out over those
    steps. A run of a fixed number of steps does not depend on the machine's load, so these runs may share
-   the machine; each is scored on the whole validation split, at its own context and at 128.
+   the machine; each is scored on the whole validation split, at its own context and at 128, and with
+   exponential moving averages of its weights (``EMA_DECAYS``) in place of its last weights.
 
 The predicted loss at equal time is the learning run's score. The best configurations are then confirmed by
 real time-budget runs (``train --preset speedrun --time-budget 100`` and ``evaluate``), which Chapter 21
@@ -46,7 +47,9 @@ import torch
 from _machine import cpu_flags  # bench/ is on sys.path when a script here runs
 
 #: name -> (changes to the "speedrun" GPT preset, changes to the "speedrun" training preset). The starting
-#: point is the preset of the first ablation (float32, exact Muon, batches of 8 sequences of 128).
+#: point is the preset of the first ablation (float32, exact Muon, batches of 8 sequences of 128). Two keys are
+#: the sweep's own: "fast_muon" (batched Newton-Schulz in bfloat16 where native) and "polar_express" (that many
+#: Newton-Schulz steps with Polar Express's polynomials).
 BASE_TRAIN = {"precision": "float32", "batch_size": 8, "compile": False}
 CONFIGS: dict[str, tuple[dict, dict]] = {
     "float32, exact Muon (the first preset)": ({}, {}),
@@ -76,30 +79,70 @@ CONFIGS: dict[str, tuple[dict, dict]] = {
                                                                  "muon_split_qkv": True, "batch_size": 8,
                                                                  "compile": True}),
 }
+#: The learning rates around the compiled batch-16 recipe (AdamW's 4e-3, Muon's 0.05), one at a time.
+_COMPILED_16 = CONFIGS["... batch 16, compiled"][1]
+CONFIGS.update({
+    f"... batch 16, compiled, {label}": ({}, {**_COMPILED_16, field: value})
+    for label, field, value in (("lr 2e-3", "lr", 2e-3), ("lr 8e-3", "lr", 8e-3),
+                                ("Muon lr 0.025", "muon_lr", 0.025), ("Muon lr 0.1", "muon_lr", 0.1),
+                                ("Muon lr 0.0125", "muon_lr", 0.0125), ("Muon lr 0.00625", "muon_lr", 0.00625))
+})
+CONFIGS["... batch 16, compiled, lr 2e-3, Muon lr 0.025"] = ({}, {**_COMPILED_16, "lr": 2e-3, "muon_lr": 0.025})
+#: Polar Express (Chapter 20): one minimax polynomial per Newton-Schulz step, five steps or four.
+CONFIGS.update({
+    f"... batch 16, compiled, Polar Express {n}": ({}, {**_COMPILED_16, "polar_express": n}) for n in (5, 4)
+})
+#: Leave one out: the final recipe (the compiled batch-16 recipe with Muon's learning rate 0.0125) without one
+#: of its changes, Chapter 10's choice in its place.
+_FINAL = {**_COMPILED_16, "muon_lr": 0.0125}
+CONFIGS.update({
+    f"recipe without {label}": (model_over, {**_FINAL, **train_over}) for label, model_over, train_over in (
+        ("RoPE (a learned table)", {"position": "learned"}, {}),
+        ("QK-norm", {"qk_norm": False}, {}),
+        ("ReLU² (GELU)", {"activation": "gelu"}, {}),
+        ("the untied head", {"tie_embeddings": True}, {}),
+        ("zero-init projections", {"zero_init": False}, {}),
+        ("the logit soft-cap", {"logit_softcap": 0.0}, {}),
+        ("WSD (cosine to 4e-5)", {}, {"schedule": "cosine", "min_lr": 4e-5}),
+        ("Muon (AdamW)", {}, {"optimizer": "adamw"}),
+        ("Muon (AdamW at lr 8e-3)", {}, {"optimizer": "adamw", "lr": 8e-3}),
+    )
+})
+
+
+def _entry(name: str) -> dict:
+    """The record's description of configuration ``name``: its model and training overrides."""
+    return {"model": CONFIGS[name][0], "train": {**BASE_TRAIN, **CONFIGS[name][1]}}
 
 
 def _build(name: str, vocab_size: int, device: str = "cpu"):
     """The model, optimizer and training configuration of a sweep configuration."""
     from transformer_lib import GPT, GPTConfig, TrainConfig
-    from transformer_lib.optim import MuonWithAdamW
+    from transformer_lib.optim import NS_COEFFICIENTS, MuonWithAdamW, polar_express_coefficients
 
     model_over, train_over = CONFIGS[name]
     train_over = {**BASE_TRAIN, **train_over}
     fast = train_over.pop("fast_muon", False)
+    ns_steps = train_over.pop("polar_express", None)
+    ns = dict(ns_steps=ns_steps, ns_coefficients=polar_express_coefficients(ns_steps)) if ns_steps else \
+        dict(ns_steps=5, ns_coefficients=NS_COEFFICIENTS)
     model = GPT(GPTConfig.from_preset("speedrun", vocab_size=vocab_size, **model_over)).to(device)
     config = TrainConfig.from_preset("speedrun", device=device, **train_over)
+    if config.optimizer == "adamw":
+        from transformer_lib.training import _make_optimizer
+        return model, _make_optimizer(model, config), config, fast
     opt = MuonWithAdamW(model, lr=config.lr, muon_lr=config.muon_lr, betas=config.betas,
                         weight_decay=config.weight_decay, ns_dtype="auto" if fast else torch.float32,
-                        batched=fast, split_qkv=config.muon_split_qkv)
+                        batched=fast, split_qkv=config.muon_split_qkv, **ns)
     return model, opt, config, fast
 
 
-def speed(names: list[str], rounds: int, steps: int) -> dict[str, float]:
-    """Median ms per training step of each configuration, configurations in turns."""
+def speed(names: list[str], rounds: int, steps: int) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Median ms per training step of each configuration, configurations in turns; and every round's mean."""
     from transformer_lib.data import get_batch
+    from transformer_lib.training import _training_net
 
     data = torch.randint(0, 65, (200_000,), generator=torch.Generator().manual_seed(0))
-    from transformer_lib.training import _training_net
 
     runs = {}
     for name in names:
@@ -121,7 +164,29 @@ def speed(names: list[str], rounds: int, steps: int) -> dict[str, float]:
             if r:
                 times.append((time.perf_counter() - start) / steps)
         print(f"round {r}/{rounds}", file=sys.stderr, flush=True)
-    return {name: 1e3 * statistics.median(times) for name, (*_, times) in runs.items()}
+    return ({name: 1e3 * statistics.median(times) for name, (*_, times) in runs.items()},
+            {name: [round(1e3 * t, 2) for t in times] for name, (*_, times) in runs.items()})
+
+
+#: Decays of the exponential moving averages of the weights that every learning run also scores at its end.
+EMA_DECAYS = (0.95, 0.98, 0.995, 0.998)
+
+
+def _track_ema(model: torch.nn.Module, opt: torch.optim.Optimizer, decays) -> dict[float, list[torch.Tensor]]:
+    """Averages of ``model``'s parameters, one per decay, updated after each ``opt.step()``."""
+    averages = {d: [p.detach().clone() for p in model.parameters()] for d in decays}
+    step = opt.step
+
+    def step_and_average(*args, **kwargs):
+        out = step(*args, **kwargs)
+        with torch.no_grad():
+            params = [p.detach() for p in model.parameters()]
+            for d, average in averages.items():
+                torch._foreach_lerp_(average, params, 1 - d)
+        return out
+
+    opt.step = step_and_average
+    return averages
 
 
 def learn_one(name: str, steps: int, seed: int) -> dict:
@@ -139,13 +204,22 @@ def learn_one(name: str, steps: int, seed: int) -> dict:
     training._make_optimizer = lambda m, c: opt  # the sweep's optimizer, fast or exact
     config = type(config).from_dict({**config.to_dict(), "time_budget": 0.0, "max_steps": steps, "seed": seed,
                                      "eval_interval": 10**9, "eval_iters": 1})
+    averages = _track_ema(model, opt, EMA_DECAYS)
     start = time.perf_counter()
     history = training.train(model, train_data, val_data, config, progress=False)
     seconds = time.perf_counter() - start
     losses = [h["loss"] for h in history]
+    final = [p.detach().clone() for p in model.parameters()]
+    ema_loss = {}
+    with torch.no_grad():
+        for decay, average in averages.items():
+            torch._foreach_copy_([p.detach() for p in model.parameters()], average)
+            ema_loss[str(decay)] = evaluate_split(model, val_data, block_size=model.config.block_size)
+        torch._foreach_copy_([p.detach() for p in model.parameters()], final)
     return {"name": name, "steps": steps, "seed": seed, "tokens": steps * config.batch_size * model.config.block_size,
             "val_loss": evaluate_split(model, val_data, block_size=model.config.block_size),
             "val_loss_128": evaluate_split(model, val_data, block_size=128),
+            "val_loss_ema": ema_loss,
             "train_loss_curve": [round(statistics.mean(losses[i:i + 25]), 4) for i in range(0, len(losses), 25)],
             "seconds_1_thread": seconds}
 
@@ -175,24 +249,25 @@ def main(argv=None) -> None:
     if args.phase == "speed" and args.relative_to:
         torch.set_num_threads(args.threads)
         record = json.loads(out.read_text())
-        ms = speed([args.relative_to] + names, args.rounds, args.steps)
+        ms, rounds = speed([args.relative_to] + names, args.rounds, args.steps)
         for n in names:
-            record["configs"][n] = {"model": CONFIGS[n][0], "train": {**BASE_TRAIN, **CONFIGS[n][1]}}
+            record["configs"][n] = _entry(n)
             record["ms_per_step"][n] = record["ms_per_step"][args.relative_to] * ms[n] / ms[args.relative_to]
         record.setdefault("relative_speed", []).append({"date": datetime.date.today().isoformat(),
-                                                        "threads": args.threads, "ms_per_step": ms})
+                                                        "threads": args.threads, "ms_per_step": ms,
+                                                        "ms_per_round": rounds})
         out.write_text(json.dumps(record, indent=1) + "\n")
         for n, v in ms.items():
             print(f"{n:<45}{v:8.1f} ms/step now, {record['ms_per_step'][n]:8.1f} in the record")
         return
     if args.phase == "speed":
         torch.set_num_threads(args.threads)
-        ms = speed(names, args.rounds, args.steps)
+        ms, rounds = speed(names, args.rounds, args.steps)
         record = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
                   "cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
                   "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": args.threads,
-                  "configs": {n: {"model": CONFIGS[n][0], "train": {**BASE_TRAIN, **CONFIGS[n][1]}} for n in CONFIGS},
-                  "ms_per_step": ms, "learn": []}
+                  "configs": {n: _entry(n) for n in CONFIGS},
+                  "ms_per_step": ms, "ms_per_round": rounds, "learn": []}
         out.write_text(json.dumps(record, indent=1) + "\n")
         for n, v in ms.items():
             print(f"{n:<45}{v:8.1f} ms/step {math.floor(args.budget * 1e3 / v):6d} steps in {args.budget:.0f} s")
@@ -207,7 +282,7 @@ def main(argv=None) -> None:
 
     ms = {n: statistics.mean(v for m, v in record["ms_per_step"].items() if shape(m) == shape(n)) for n in names}
     for n in names:  # a configuration new to the record takes the speed of its shape
-        record["configs"].setdefault(n, {"model": CONFIGS[n][0], "train": {**BASE_TRAIN, **CONFIGS[n][1]}})
+        record["configs"].setdefault(n, _entry(n))
         record["ms_per_step"].setdefault(n, ms[n])
     todo = [(n, math.floor(args.budget * 1e3 / ms[n]), s) for n in names for s in args.seeds]
 

@@ -342,7 +342,7 @@ TRAIN_PRESETS: dict[str, dict] = {
                              eval_iters=200, checkpoint_interval=250),
     # Chapter 21's speedrun recipe for the "speedrun" GPT: 100 s of training on 2 CPU cores.
     "speedrun": dict(
-        max_steps=MAX_STEPS, time_budget=100.0, optimizer="muon", lr=4e-3, muon_lr=0.05, muon_split_qkv=True,
+        max_steps=MAX_STEPS, time_budget=100.0, optimizer="muon", lr=4e-3, muon_lr=0.0125, muon_split_qkv=True,
         min_lr=0.0, schedule="wsd", decay_frac=0.5, warmup_steps=50, batch_size=16, precision="auto", compile=True,
         eval_interval=500, eval_iters=10, checkpoint_interval=2000,
     ),
