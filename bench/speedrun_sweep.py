@@ -108,6 +108,11 @@ CONFIGS.update({
         ("Muon (AdamW at lr 8e-3)", {}, {"optimizer": "adamw", "lr": 8e-3}),
     )
 })
+#: The final recipe's other learning rate and its schedule, retuned at Muon's new rate.
+CONFIGS.update({
+    f"recipe, {label}": ({}, {**_FINAL, field: value}) for label, field, value in (
+        ("lr 2e-3", "lr", 2e-3), ("decay 0.7", "decay_frac", 0.7), ("warm-up 100", "warmup_steps", 100))
+})
 
 
 def _entry(name: str) -> dict:
@@ -278,7 +283,7 @@ def main(argv=None) -> None:
     # speed of their shape.
     def shape(n):
         return json.dumps([CONFIGS[n][0], {k: v for k, v in CONFIGS[n][1].items()
-                                           if k not in ("lr", "muon_lr", "decay_frac")}])
+                                           if k not in ("lr", "muon_lr", "decay_frac", "warmup_steps")}])
 
     ms = {n: statistics.mean(v for m, v in record["ms_per_step"].items() if shape(m) == shape(n)) for n in names}
     for n in names:  # a configuration new to the record takes the speed of its shape

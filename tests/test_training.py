@@ -769,3 +769,87 @@ def test_faster_precision_takes_bfloat16_only_at_the_threshold_or_below(times, c
 
     assert BFLOAT16_SPEEDUP == 0.9
     assert faster_precision(times) == chosen
+
+
+# ---------------------------------------------------------------- Chapter 21: an average of the weights (EMA)
+def _averages(model, config, checkpoint) -> dict:
+    """The checkpoint's averages by parameter name (the optimizer's state is keyed by its own order)."""
+    from transformer_lib.training import _make_optimizer
+
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    order = [name_of[id(p)] for g in _make_optimizer(model, config).param_groups for p in g["params"]]
+    return {order[i]: s["ema"] for i, s in checkpoint["optimizer"]["state"].items() if "ema" in s}
+
+
+@pytest.mark.parametrize("value,exc", [(1.0, ValueError), (-0.1, ValueError), (float("nan"), ValueError),
+                                       ("0.9", TypeError), (True, TypeError)])
+def test_ema_decay_is_checked(value, exc):
+    with pytest.raises(exc, match="TrainConfig: ema_decay"):
+        TrainConfig(ema_decay=value)
+    assert TrainConfig(ema_decay=0).ema_decay == 0.0 and TrainConfig.from_preset("speedrun").ema_decay == 0.995
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_track_ema_matches_torch_averaged_model(optimizer):
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    from transformer_lib.training import _end_run, _make_optimizer
+
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    opt = _make_optimizer(model, small_config(optimizer=optimizer, ema_decay=0.8))
+    reference = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.8))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(15):
+        x = DATA[torch.randint(0, 2900, (4,), generator=g)[:, None] + torch.arange(17)]
+        model(x[:, :-1], x[:, 1:])[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        reference.update_parameters(model)
+    # each update rounds once per element: 15 updates stay within 15 u (u = 2^-24) of the largest weight
+    bound = 15 * 2.0**-24 * max(p.abs().max().item() for p in model.parameters())
+    for p, q in zip(model.parameters(), reference.module.parameters()):
+        torch.testing.assert_close(opt.state[p]["ema"], q, atol=bound, rtol=0)
+    assert any(not torch.equal(p, opt.state[p]["ema"]) for p in model.parameters())
+    _end_run(model, opt)
+    assert all(torch.equal(p, opt.state[p]["ema"]) for p in model.parameters())
+
+
+def test_track_ema_arguments():
+    from transformer_lib.training import track_ema
+
+    opt = torch.optim.SGD(GPT(TINY).parameters(), lr=0.1)
+    with pytest.raises(TypeError, match="track_ema: optimizer must be"):
+        track_ema(object(), 0.9)
+    with pytest.raises(ValueError, match="track_ema: decay"):
+        track_ema(opt, 1.0)
+    assert track_ema(opt, 0.5) is opt
+
+
+@pytest.mark.slow
+def test_a_run_with_ema_ends_with_the_average_and_resumes_bit_for_bit(tmp_path):
+    cfg = GPTConfig.from_preset("tiny", dropout=0.1)
+    tc = small_config(max_steps=12, eval_interval=4, checkpoint_interval=4, optimizer="muon", ema_decay=0.8)
+    torch.manual_seed(0)
+    straight = GPT(cfg)
+    h1 = train(straight, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "a", progress=False)
+    torch.manual_seed(0)
+    cut = GPT(cfg)
+    train(cut, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "b", progress=False, stop_at=5)
+    interrupted = load_checkpoint(tmp_path / "b" / CHECKPOINT_FILE)
+    averages = _averages(cut, tc, interrupted)
+    assert len(averages) == len(list(cut.parameters()))
+    assert any(not torch.equal(interrupted["model"][n], a) for n, a in averages.items())  # its last weights kept
+    torch.manual_seed(99)
+    resumed = GPT(cfg)
+    h2 = train(resumed, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path / "b", resume=True, progress=False)
+    assert [h["loss"] for h in h1] == [h["loss"] for h in h2]
+    assert all(torch.equal(p, q) for p, q in zip(straight.state_dict().values(), resumed.state_dict().values()))
+    final = load_checkpoint(tmp_path / "a" / CHECKPOINT_FILE)
+    assert all(torch.equal(final["model"][n], a) for n, a in _averages(straight, tc, final).items())
+    assert all(torch.equal(p, final["model"][n]) for n, p in straight.named_parameters())
+    torch.manual_seed(0)
+    plain = GPT(cfg)
+    h3 = train(plain, DATA[:2500], DATA[2500:], dataclasses.replace(tc, ema_decay=0.0), progress=False)
+    assert [h["loss"] for h in h3] == [h["loss"] for h in h1]  # the average changes no step
+    assert not all(torch.equal(p, q) for p, q in zip(plain.parameters(), straight.parameters()))

@@ -267,6 +267,8 @@ class TrainConfig(JSONConfig):
             depends on the speed of the machine, so resuming it is not bit for bit.
         compile: train through ``torch.compile``, compiled before the first step and outside the time
             budget; where compilation fails the run warns and trains without it.
+        ema_decay: keep an exponential moving average of the weights with this decay, in [0, 1), and end
+            the run with it (:func:`~transformer_lib.training.track_ema`); 0 keeps none.
     """
 
     max_steps: int = 2000
@@ -290,6 +292,7 @@ class TrainConfig(JSONConfig):
     decay_frac: float = 0.5
     time_budget: float = 0.0
     compile: bool = False
+    ema_decay: float = 0.0
 
     def __post_init__(self):
         w = "TrainConfig"
@@ -324,6 +327,7 @@ class TrainConfig(JSONConfig):
         put("decay_frac", check_float(w, "decay_frac", self.decay_frac, minimum=0.0, maximum=1.0, min_open=True))
         put("time_budget", check_float(w, "time_budget", self.time_budget, minimum=0.0))
         check_bool(w, "compile", self.compile)
+        put("ema_decay", check_float(w, "ema_decay", self.ema_decay, minimum=0.0, maximum=1.0, max_open=True))
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "TrainConfig":
@@ -344,7 +348,7 @@ TRAIN_PRESETS: dict[str, dict] = {
     "speedrun": dict(
         max_steps=MAX_STEPS, time_budget=100.0, optimizer="muon", lr=4e-3, muon_lr=0.0125, muon_split_qkv=True,
         min_lr=0.0, schedule="wsd", decay_frac=0.5, warmup_steps=50, batch_size=16, precision="auto", compile=True,
-        eval_interval=500, eval_iters=10, checkpoint_interval=2000,
+        ema_decay=0.995, eval_interval=500, eval_iters=10, checkpoint_interval=2000,
     ),
 }
 

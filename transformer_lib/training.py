@@ -17,6 +17,7 @@ __all__ = [
     "BFLOAT16_SPEEDUP",
     "time_precisions",
     "faster_precision",
+    "track_ema",
 ]
 
 import contextlib
@@ -330,6 +331,8 @@ def _train_loop(model: CausalLM, train_data: Tensor, val_data: Tensor, c: TrainC
         bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", refresh=False)
         bar.update(1)
         done = step + 1
+        if spent:
+            _end_run(model, optimizer)
         if rank == 0 and (done % c.eval_interval == 0 or done == end or spent):
             evaluate(done, lr)
         due = done % c.checkpoint_interval == 0 or done == end
@@ -347,12 +350,15 @@ def _train_loop(model: CausalLM, train_data: Tensor, val_data: Tensor, c: TrainC
 
 def _make_optimizer(model: CausalLM, config: TrainConfig) -> torch.optim.Optimizer:
     """The optimizer that :func:`train` steps: for ``config.optimizer="adamw"`` :func:`fused_adamw` on the
-    groups of :func:`weight_decay_groups`, for ``"muon"`` :class:`~transformer_lib.optim.MuonWithAdamW`."""
+    groups of :func:`weight_decay_groups`, for ``"muon"`` :class:`~transformer_lib.optim.MuonWithAdamW`;
+    with ``config.ema_decay``, keeping an average of the weights (:func:`track_ema`)."""
     if config.optimizer == "muon":  # batching pays only in bfloat16, which "auto" picks where it is native
-        return MuonWithAdamW(model, lr=config.lr, muon_lr=config.muon_lr, betas=config.betas,
-                             weight_decay=config.weight_decay, ns_dtype="auto",
-                             batched=bfloat16_is_native(config.device), split_qkv=config.muon_split_qkv)
-    return fused_adamw(weight_decay_groups(model, config.weight_decay), lr=config.lr, betas=config.betas)
+        optimizer = MuonWithAdamW(model, lr=config.lr, muon_lr=config.muon_lr, betas=config.betas,
+                                  weight_decay=config.weight_decay, ns_dtype="auto",
+                                  batched=bfloat16_is_native(config.device), split_qkv=config.muon_split_qkv)
+    else:
+        optimizer = fused_adamw(weight_decay_groups(model, config.weight_decay), lr=config.lr, betas=config.betas)
+    return track_ema(optimizer, config.ema_decay) if config.ema_decay else optimizer
 
 
 def _train_precision(model: CausalLM, train_data: Tensor, config: TrainConfig, checkpoint: dict | None) -> str:
@@ -428,6 +434,17 @@ def _run_progress(config: TrainConfig, step: int, train_time: float) -> float:
     return step / config.max_steps
 
 
+def _end_run(model: CausalLM, optimizer: torch.optim.Optimizer) -> None:
+    """Called once, after a run's last step (not after an interruption) and before its final evaluation and
+    checkpoint: the run ends with the average of its weights where the optimizer keeps one (:func:`track_ema`),
+    else with its last step's weights."""
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if "ema" in optimizer.state[p]:
+                    p.copy_(optimizer.state[p]["ema"])
+
+
 #: bfloat16 is chosen only if its passes take at most this share of float32's time.
 BFLOAT16_SPEEDUP = 0.9
 
@@ -473,3 +490,32 @@ def faster_precision(times: dict[str, float]) -> str:
     """``"bfloat16"`` if ``times`` (from :func:`time_precisions`) has it at most ``BFLOAT16_SPEEDUP`` of
     float32's time, else ``"float32"``."""
     return "bfloat16" if times.get("bfloat16", math.inf) <= BFLOAT16_SPEEDUP * times["float32"] else "float32"
+
+
+def track_ema(optimizer: torch.optim.Optimizer, decay: float) -> torch.optim.Optimizer:
+    """Keep an exponential moving average of ``optimizer``'s parameters in its state, under ``"ema"``.
+
+    After every step, ``ema <- decay * ema + (1 - decay) * p`` for each parameter with a state; a parameter's
+    average starts as its value after its first step. Being optimizer state, the averages are saved and
+    restored with it. Returns ``optimizer``, with a step post-hook registered.
+
+    Raises:
+        TypeError: if ``optimizer`` is not a ``torch.optim.Optimizer`` or ``decay`` not a number.
+        ValueError: if ``decay`` is not in [0, 1).
+    """
+    check_types("track_ema", optimizer=(optimizer, torch.optim.Optimizer))
+    decay = check_float("track_ema", "decay", decay, minimum=0.0, maximum=1.0, max_open=True)
+
+    def average(opt, args, kwargs):
+        with torch.no_grad():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    state = opt.state[p]
+                    if not state:  # no step yet: a state of its own would look initialised to the optimizer
+                        continue
+                    if "ema" not in state:
+                        state["ema"] = p.detach().clone(memory_format=torch.preserve_format)
+                    state["ema"].lerp_(p.detach(), 1 - decay)
+
+    optimizer.register_step_post_hook(average)
+    return optimizer
