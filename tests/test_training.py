@@ -853,3 +853,15 @@ def test_a_run_with_ema_ends_with_the_average_and_resumes_bit_for_bit(tmp_path):
     h3 = train(plain, DATA[:2500], DATA[2500:], dataclasses.replace(tc, ema_decay=0.0), progress=False)
     assert [h["loss"] for h in h3] == [h["loss"] for h in h1]  # the average changes no step
     assert not all(torch.equal(p, q) for p, q in zip(plain.parameters(), straight.parameters()))
+
+
+def test_a_budgeted_run_that_reaches_max_steps_ends_with_the_average(tmp_path):
+    # max_steps ends the run before its budget is spent: the run is over all the same
+    tc = small_config(max_steps=6, time_budget=10**6, schedule="wsd", ema_decay=0.8)
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    assert len(train(model, DATA[:2500], DATA[2500:], tc, out_dir=tmp_path, progress=False)) == 6
+    final = load_checkpoint(tmp_path / CHECKPOINT_FILE)
+    averages = _averages(model, tc, final)
+    assert len(averages) == len(list(model.parameters()))
+    assert all(torch.equal(p, averages[n]) for n, p in model.named_parameters())

@@ -425,12 +425,13 @@ def _learning_rate(config: TrainConfig, step: int, train_time: float) -> float:
 
 def _run_progress(config: TrainConfig, step: int, train_time: float) -> float:
     """How much of the run is done after ``step`` steps and ``train_time`` seconds: the fraction of
-    ``time_budget`` spent (at most 1), or without a budget ``step / max_steps``.
+    ``time_budget`` spent (at most 1; 1 at ``max_steps``, which ends a run whatever its budget), or
+    without a budget ``step / max_steps``.
 
     The loop ends the run when this reaches 1.
     """
     if config.time_budget:
-        return min(1.0, train_time / config.time_budget)
+        return 1.0 if step >= config.max_steps else min(1.0, train_time / config.time_budget)
     return step / config.max_steps
 
 
