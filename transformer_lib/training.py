@@ -442,8 +442,9 @@ def _end_run(model: CausalLM, optimizer: torch.optim.Optimizer) -> None:
     with torch.no_grad():
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if "ema" in optimizer.state[p]:
-                    p.copy_(optimizer.state[p]["ema"])
+                average = optimizer.state.get(p, {}).get("ema")
+                if average is not None:
+                    p.copy_(average)
 
 
 #: bfloat16 is chosen only if its passes take at most this share of float32's time.
@@ -511,7 +512,7 @@ def track_ema(optimizer: torch.optim.Optimizer, decay: float) -> torch.optim.Opt
         with torch.no_grad():
             for group in opt.param_groups:
                 for p in group["params"]:
-                    state = opt.state[p]
+                    state = opt.state.get(p)  # not opt.state[p], which would add an empty state
                     if not state:  # no step yet: a state of its own would look initialised to the optimizer
                         continue
                     if "ema" not in state:
