@@ -1,4 +1,4 @@
-"""Unit tests for transformer_lib._checks (chapter 1): the checks added for issue 11 (dtype/device of
+"""Unit tests for transformer_lib._checks (the utilities appendix, book/00_utilities.md): the checks added for issue 11 (dtype/device of
 a module's input, devices of this machine, files to write)."""
 
 import sys

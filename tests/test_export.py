@@ -39,8 +39,10 @@ def repo_copy(tmp_path: Path) -> Path:
 
 
 def first_chapter_with_exports(root: Path) -> Path:
+    """The first chapter with a default module and a cell exported to it."""
     for path in sorted((root / "book").glob("[0-9][0-9]_*.md")):
-        if "#| export" in path.read_text(encoding="utf-8"):
+        text = path.read_text(encoding="utf-8")
+        if "#| default_exp" in text and "#| export\n" in text:
             return path
     raise AssertionError("no chapter has an export cell")
 

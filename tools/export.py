@@ -39,7 +39,7 @@ The chapters (`book/NN_name.md`, jupytext MyST notebooks) are the source of trut
 A later chapter adds to what an earlier one defined from its own cells, where the idea is taught,
 so that an early chapter never shows a later feature and the library still has one implementation
 of everything (after d2l's `add_to_class` and fastcore's `@patch`). Each such *patch* is code that
-also runs in the chapter's notebook (the decorators are in `transformer_lib.utils`, Chapter 1); the
+also runs in the chapter's notebook (the decorators are in `transformer_lib.utils`, from the utilities appendix `book/00_utilities.md`); the
 exporter finds its target by name, in whichever module defines it, and writes the code there
 (`tools/export_patches.py`):
 
