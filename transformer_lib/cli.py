@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = commands.add_parser(
         "evaluate", help="score a trained model on the validation split of a text",
         description="Load the model and tokenizer of a run directory written by train and print its mean "
-        "cross-entropy over every position of the validation split of PATH (its last 10 %%, split as "
+        "cross-entropy over every position of the validation split of PATH (its last 10 %, split as "
         "train splits it), as one line: val_loss <value>.", epilog=_EPILOG,
     )
     e.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory written by train")

@@ -4,7 +4,7 @@ from kit import COLORS, INK, MUTED, arrow, box, canvas, line, text
 
 
 def run_directory():
-    fig, ax = canvas(16.0, 6.4)
+    fig, ax = canvas(16.8, 6.4)
     box(ax, 0.3, 3.7, 4.2, 1.6, "python -m transformer_lib train\n--data input.txt --out runs/x", "attn",
         fontsize=8)
     box(ax, 0.3, 0.6, 4.2, 1.6, "python -m transformer_lib generate\n--checkpoint runs/x --prompt ...", "out",
@@ -24,18 +24,11 @@ def run_directory():
     text(ax, 5.25, 1.7, "reads", size=7.5, color=MUTED)
     arrow(ax, (5.9, 3.2), (4.6, 4.0), rad=-0.25)
     text(ax, 5.3, 2.85, "--resume\nreads", size=7.5, color=MUTED)
-    # the exit statuses of both commands
-    bx, bw = 11.9, 3.9
-    box(ax, bx, 0.4, bw, 5.4, "", "plain")
-    text(ax, bx + bw / 2, 5.4, "exit status", size=8.5, weight="bold")
-    rows = (("0", "done"), ("2", "a bad argument:\nfix the command"),
-            ("1", "the run failed: a file,\nthe device, the memory"),
-            ("130", "interrupted by Ctrl-C\n(train saves a checkpoint)"))
-    for k, (code, what) in enumerate(rows):
-        y = 4.85 - k * 1.0
-        text(ax, bx + 0.7, y, code, ha="right", va="top", size=8, weight="bold")
-        text(ax, bx + 0.9, y, what, ha="left", va="top", size=7.5)
-    text(ax, bx + bw / 2, 0.75, "errors: one line on stderr", size=7, color=MUTED)
+    # evaluate reads the same directory
+    box(ax, 12.1, 2.3, 4.4, 1.6, "python -m transformer_lib evaluate\n--checkpoint runs/x --data input.txt",
+        "embed", fontsize=8)
+    arrow(ax, (11.3, 3.1), (12.0, 3.1))
+    text(ax, 11.65, 3.4, "reads", size=7.5, color=MUTED)
     return fig
 
 
@@ -61,15 +54,15 @@ def sigint_step_boundary():
     text(ax, sx + 0.15, 6.5, "Ctrl-C (SIGINT) during step k: the handler only sets a flag, and step k runs to its end",
          ha="left", size=8, color=red)
     # after the boundary: the checkpoint, then the exit
-    box(ax, 5.6, 1.7, 4.5, 1.2, "write ckpt.pt.tmp, then\nos.replace → ckpt.pt (atomic)", "cache", fontsize=8)
+    box(ax, 5.6, 1.7, 4.5, 1.2, "write a temporary file, then\nos.replace → ckpt.pt (atomic)", "cache", fontsize=8)
     arrow(ax, (7.85, y0 - 0.9), (7.85, 2.95))
     box(ax, 10.9, 1.7, 4.6, 1.2, "exit status 130", "out", fontsize=8.5)
     arrow(ax, (10.15, 2.3), (10.85, 2.3))
     arrow(ax, (9.3, 2.95), (9.3, y0 - 0.05), dashed=True)
     text(ax, 9.45, 3.55, "--resume\n(later)", ha="left", size=7.5, color=MUTED)
-    text(ax, 11.7, 5.1, "ckpt.pt holds the state after step k:\nweights, AdamW moments, step,\n"
+    text(ax, 11.7, 5.1, "ckpt.pt holds the state after step k:\nweights, optimizer state, step,\n"
          "random states; all of it consistent", ha="left", va="center", size=7.5, color=MUTED)
-    text(ax, 0.5, 0.75, "A second Ctrl-C: the flag's handler has put the previous one back, so Python raises "
+    text(ax, 0.5, 0.75, "A second Ctrl-C: the flag's handler has put Python's default handler in place, so it raises "
          "KeyboardInterrupt at once;\nthe last ckpt.pt is still whole, because a checkpoint is only ever "
          "replaced by a rename.", ha="left", size=7.5, color=MUTED)
     return fig
