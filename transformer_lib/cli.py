@@ -413,8 +413,8 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
 
 
 def _training_bytes(config: GPTConfig, batch_size: int) -> tuple[int, int]:
-    """A lower bound of the memory of training: (weights, gradients and AdamW moments; one batch's activations)."""
-    weights = 16 * gpt_param_count(config)  # four float32 copies of every parameter
+    """An estimate of the memory of training: (weights, gradients and optimizer state; one batch's activations)."""
+    weights = 16 * gpt_param_count(config)  # four float32 copies of every parameter, as with AdamW
     activations = 4 * batch_size * config.block_size * (2 * config.vocab_size + config.n_layer * config.n_embd)
     return weights, activations
 
@@ -462,7 +462,7 @@ def train_command(args: argparse.Namespace) -> int:
     weights, activations = _training_bytes(model_config, train_config.batch_size)
     _check_memory_budget(weights + activations, train_config.device,
                 f"training {gpt_param_count(model_config):,} parameters ({format_bytes(weights)} with their gradients "
-                f"and AdamW moments) on batches of --batch-size {train_config.batch_size} x block_size "
+                f"and optimizer state) on batches of --batch-size {train_config.batch_size} x block_size "
                 f"{model_config.block_size} ({format_bytes(activations)} of activations)")
     with _stage("preparing the data"):
         train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long), 0.1)
