@@ -36,11 +36,11 @@ def whole_split_eval():
     text(ax, x0 + width / 2, 4.3, "every one of the N - 1 targets predicted once; the score sums their losses "
          "and divides by N - 1", size=7.5, color=MUTED, va="top")
 
-    # 3. Inside any window: target t + 1 is predicted from the inputs 0..t, so contexts grow from 1 to T.
+    # 3. Inside any window: the prediction at position j sees the inputs 0..j, so contexts grow from 1 to T.
     T = 8
     c = 0.72
     left = 1.6
-    text(ax, x0, 3.5, "inside every window (drawn with T = 8): the prediction at position t sees t + 1 inputs",
+    text(ax, x0, 3.5, "inside every window (drawn with T = 8): the prediction at position j sees j + 1 inputs",
          ha="left", size=8.5, weight="bold")
     for t in range(T):
         y = 2.9 - t * 0.325
