@@ -182,3 +182,31 @@ def test_apply_lora_refuses_bad_targets():
     model = apply_lora(GPT(GPTConfig.from_preset("tiny")), r=2, alpha=2, target_modules=["in_proj"])
     with pytest.raises(ValueError, match="already adapted"):
         apply_lora(model, r=2, alpha=2, target_modules=["in_proj"])
+
+
+def test_apply_lora_refuses_a_tied_output_layer_and_adapts_an_untied_one():
+    """A tied lm_head shares wte's tensor: merging would write the update into the embedding, so apply_lora
+    refuses it (before changing anything); an untied lm_head is adapted, and the model still runs and merges."""
+    tied = GPT(GPTConfig.from_preset("tiny", vocab_size=65))
+    assert tied.lm_head.weight is tied.wte.weight
+    with pytest.raises(ValueError, match=r"lm_head\.weight is tied to wte\.weight.*target_modules=\['lm_head'\]"
+                                         r".*train_token_rows"):
+        apply_lora(tied, r=2, alpha=4, target_modules=["lm_head"])
+    assert not any(isinstance(m, LoRALinear) for m in tied.modules()) and tied.wte.weight.requires_grad
+    torch.manual_seed(0)
+    untied = apply_lora(GPT(GPTConfig.from_preset("tiny", vocab_size=65, tie_embeddings=False)).eval(), r=2, alpha=4,
+                        target_modules=["lm_head"])
+    assert isinstance(untied.lm_head, LoRALinear) and untied.lm_head.weight is untied.lm_head.base.weight
+    randomize_b(untied)
+    x = torch.randint(0, 65, (2, 9))
+    before = untied(x)[0]
+    merge_lora(untied)
+    torch.testing.assert_close(untied(x)[0], before, rtol=0, atol=1e-5)
+
+
+def test_apply_lora_freezes_the_adapters_of_an_earlier_call():
+    """As the docstring says: a second call freezes everything but its own new matrices."""
+    model = apply_lora(GPT(GPTConfig.from_preset("tiny")), r=2, alpha=2, target_modules=["in_proj"])
+    apply_lora(model, r=2, alpha=2, target_modules=["fc1"])
+    names = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert names == {f"blocks.{i}.mlp.fc1.lora_{ab}.weight" for i in range(2) for ab in "AB"}

@@ -60,6 +60,11 @@ class LoRALinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.base(x) + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling
 
+    @property
+    def weight(self) -> Tensor:
+        """The frozen ``base.weight``, for code that reads ``layer.weight`` (as ``peft``'s layers offer it)."""
+        return self.base.weight
+
     def delta_weight(self) -> Tensor:
         """The update ``scaling * B @ A``, (out_features, in_features), what merging adds to ``base.weight``."""
         return self.scaling * (self.lora_B.weight @ self.lora_A.weight)
@@ -91,12 +96,14 @@ def apply_lora(model: nn.Module, *, r: int, alpha: float, target_modules: Sequen
         target_modules: a non-empty list of name endings (str).
 
     Returns:
-        ``model``, with only the LoRA matrices trainable.
+        ``model``, with only the new LoRA matrices trainable: ``model.requires_grad_(False)`` also freezes
+        the adapters of an earlier call (set their ``requires_grad`` again to keep training them).
 
     Raises:
         TypeError: if ``target_modules`` is not a list or tuple of str, or another argument has the wrong type.
         ValueError: if ``target_modules`` is empty or selects no linear layer (the message lists some of
-            the model's), or a layer is already adapted, or ``r``, ``alpha`` or ``dropout`` is out of range.
+            the model's), or a layer is already adapted, or a selected layer's weight is tied to another
+            module (an output layer tied to the embedding), or ``r``, ``alpha`` or ``dropout`` is out of range.
     """
     where = "apply_lora"
     if not isinstance(target_modules, (list, tuple)) or not all(isinstance(t, str) for t in target_modules):
@@ -115,6 +122,16 @@ def apply_lora(model: nn.Module, *, r: int, alpha: float, target_modules: Sequen
         shown = ", ".join(linear[:8]) + (", ..." if len(linear) > 8 else "")
         raise ValueError(f"{where}: target_modules must select at least one nn.Linear of the model, got "
                          f"target_modules={list(target_modules)!r}; its linear layers are: {shown or 'none'}")
+    holders = {}  # id of a parameter -> the names of the modules that hold it
+    for n, m in model.named_modules():
+        for p in m.parameters(recurse=False):
+            holders.setdefault(id(p), []).append(n)
+    for name in chosen:
+        tied = [n for n in holders[id(model.get_submodule(name).weight)] if n != name]
+        if tied:
+            raise ValueError(f"{where}: {name}.weight is tied to {tied[0]}.weight (one tensor), so merging an adapter "
+                             f"of {name} would change {tied[0]} too; leave {name} out of target_modules="
+                             f"{list(target_modules)!r}, and to train the rows of new tokens use train_token_rows")
     model.requires_grad_(False)
     for name in chosen:
         parent, child = _parent(model, name)
@@ -145,8 +162,8 @@ def train_token_rows(weight: nn.Parameter, token_ids: Sequence[int]) -> None:
     those rows: the new tokens of a chat template under LoRA, as ``peft``'s ``trainable_token_indices``.
 
     Raises:
-        TypeError: if ``weight`` is not an ``nn.Parameter``.
-        ValueError: if ``weight`` is not 2-D or ``token_ids`` is empty or holds an id outside ``[0, V)``.
+        TypeError: if ``weight`` is not a 2-D ``nn.Parameter``, or an id is not an int.
+        ValueError: if ``token_ids`` is empty or holds an id outside ``[0, V)``.
     """
     where = "train_token_rows"
     if not isinstance(weight, nn.Parameter) or weight.dim() != 2:
