@@ -245,7 +245,7 @@ def newton_schulz(G: Tensor, steps: int = 5, coefficients: Sequence = NS_COEFFIC
     Returns:
         tensor of ``G``'s shape and dtype ``dtype`` with the singular vectors of ``G``; with the default
         coefficients and five steps, every singular value ``s`` of ``G`` with ``s >= 3e-3 ||G||_F``
-        becomes one in about [0.68, 1.21] (up to the rounding of ``dtype``).
+        becomes one in about [0.68, 1.20] (up to the rounding of ``dtype``).
 
     Raises:
         ValueError: ``coefficients`` a sequence of triples whose length is not ``steps``.
