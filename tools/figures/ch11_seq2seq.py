@@ -145,8 +145,8 @@ def seq2seq_masks():
         for j, tok in enumerate(row):
             box(ax, 0.3 + j * cw, 5.55 - b * 0.55, cw - 0.05, 0.48, tok, "data", fontsize=7.5, round_=0.05,
                 color="#d5dbe3" if tok == "PAD" else None, text_color=MUTED if tok == "PAD" else INK)
-    text(ax, 0.3, 4.45, "key padding masks (True at PAD):", ha="left", size=8)
-    text(ax, 0.3, 4.0, "src == PAD,  tgt_in == PAD", ha="left", size=8, color=MUTED)
+    text(ax, 0.3, 4.45, "key masks (True at real tokens):", ha="left", size=8)
+    text(ax, 0.3, 4.0, "src != PAD,  tgt_in != PAD", ha="left", size=8, color=MUTED)
     text(ax, 0.3, 3.2, "The panels show row 0", ha="left", size=8)
     text(ax, 0.3, 2.8, "(\"one hundred\" → 100), the padded one.", ha="left", size=8)
     text(ax, 0.3, 2.1, "Rows of PAD queries are computed", ha="left", size=8, color=MUTED)
