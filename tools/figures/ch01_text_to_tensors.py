@@ -17,7 +17,7 @@ def text_to_batches():
     for k, ch in enumerate(s):
         box(ax, 1.6 + k * c, 5.9, c - 0.06, 0.55, repr(ch)[1:-1] if ch != " " else "␣", "data", fontsize=8)
     arrow(ax, (0.9, 5.8), (0.9, 5.0))
-    # V = 65: chapter 1 asserts it next to these ids.
+    # V = 65: chapter 1 asserts it (with the landmarks ln V, H).
     text(ax, 1.0, 5.4, "CharTokenizer.encode: one id per character (65 characters, ids 0..64)", ha="left",
          size=7.5, color=MUTED)
     text(ax, 0.3, 4.55, "ids", ha="left", size=9, weight="bold")
