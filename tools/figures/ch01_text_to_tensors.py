@@ -17,6 +17,7 @@ def text_to_batches():
     for k, ch in enumerate(s):
         box(ax, 1.6 + k * c, 5.9, c - 0.06, 0.55, repr(ch)[1:-1] if ch != " " else "␣", "data", fontsize=8)
     arrow(ax, (0.9, 5.8), (0.9, 5.0))
+    # V = 65: chapter 1 asserts it (with the landmarks ln V, H).
     text(ax, 1.0, 5.4, "CharTokenizer.encode: one id per character (65 characters, ids 0..64)", ha="left",
          size=7.5, color=MUTED)
     text(ax, 0.3, 4.55, "ids", ha="left", size=9, weight="bold")
@@ -27,15 +28,16 @@ def text_to_batches():
     x0 = 1.6 + off * c
     ax.add_patch(Rectangle((x0 - 0.05, 4.12), (T + 1) * c, 0.7, fill=False, edgecolor=ORANGE, lw=1.5,
                            linestyle="--"))
-    text(ax, x0 + (T + 1) * c / 2, 3.9, f"get_batch: a window of T + 1 = {T + 1} ids at a random offset",
+    text(ax, x0 + (T + 1) * c / 2, 3.9, f"get_batch: a window of T + 1 = {T + 1} ids at a random offset i_b",
          size=7.5, color=ORANGE, va="top")
     text(ax, 0.3, 2.85, "x", ha="left", size=9, weight="bold")
     text(ax, 0.3, 1.75, "y", ha="left", size=9, weight="bold")
     for k in range(T):
         box(ax, 1.6 + (off + k) * c, 2.55, c - 0.06, 0.55, str(ids[off + k]), "attn", fontsize=8)
         box(ax, 1.6 + (off + k + 1) * c, 1.45, c - 0.06, 0.55, str(ids[off + k + 1]), "out", fontsize=8)
-    text(ax, x0 + T * c + 0.9, 2.82, "inputs  x[b, t]", ha="left", size=8)
-    text(ax, x0 + T * c + 0.9, 1.72, "targets y[b, t] = x[b, t + 1]", ha="left", size=8)
+    text(ax, x0 + T * c + 0.9, 2.82, "inputs  x[b, t] = data[i_b + t]", ha="left", size=8)
+    text(ax, x0 + T * c + 0.9, 1.86, "targets y[b, t] = data[i_b + t + 1]:", ha="left", size=8)
+    text(ax, x0 + T * c + 0.9, 1.58, "x shifted left by one, plus the next id", ha="left", size=8)
     text(ax, 1.6, 0.75, "B such windows stacked: x and y are (B, T) int64 tensors; "
          "at every position t the model predicts y[b, t] from x[b, :t + 1]", ha="left", size=8, color=MUTED)
     return fig
