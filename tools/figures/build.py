@@ -1,6 +1,6 @@
 """Draw the book's diagrams: ``python tools/figures/build.py [NAME ...]``.
 
-Each ``chNN_*.py`` module beside this file defines ``FIGURES = {name: draw}``; every figure is
+``intro.py`` (the front page) and each ``chNN_*.py`` module beside this file define ``FIGURES = {name: draw}``; every figure is
 written to ``book/figures/<name>.svg`` (the website) and ``book/figures/<name>.png`` (embedded in
 the paired notebooks by ``tools/export.py``, for Colab). Deterministic: the same matplotlib draws
 the same bytes, and ``tests/test_figures.py`` checks that the committed files are current.
@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 def figures() -> dict:
     """Every registered figure: name -> draw function, in chapter order."""
     found: dict = {}
-    for path in sorted(HERE.glob("ch[0-9][0-9]_*.py")):
+    for path in [HERE / "intro.py", *sorted(HERE.glob("ch[0-9][0-9]_*.py"))]:  # the front page's, then each chapter's
         module = importlib.import_module(path.stem)
         for name, draw in module.FIGURES.items():
             if name in found:

@@ -1,9 +1,4 @@
-"""The book's first page: which chapter builds on which (``python tools/figures/intro.py``).
-
-Not a chapter's figure module, so ``build.py`` (which draws ``chNN_*.py``) does not see it; it writes
-``book/figures/intro/chapter_map.svg`` and ``.png`` itself, with ``build.write`` (the same style and
-byte-stable output as every other figure).
-"""
+"""The book's first page: which chapter builds on which (drawn by ``python tools/figures/build.py chapter_map``)."""
 
 from __future__ import annotations
 
@@ -93,12 +88,7 @@ def chapter_map():
 
 FIGURES = {"chapter_map": chapter_map}
 
-if __name__ == "__main__":
-    import build
-
-    for c, needs in NEEDS.items():
-        assert all(n < c for n in needs) and c in ROW, c
-    occupied = {(column(c), ROW[c]) for c in NAMES}
-    assert len(occupied) == len(NAMES), "two chapters in one place"
-    for path in build.write("chapter_map", chapter_map, build.OUT / "intro"):
-        print(path.relative_to(HERE.parents[1]))
+# The layout's invariants: every arrow points forward, and no two chapters share a place.
+for _c, _needs in NEEDS.items():
+    assert all(n < _c for n in _needs) and _c in ROW, _c
+assert len({(column(c), ROW[c]) for c in NAMES}) == len(NAMES), "two chapters in one place"
