@@ -21,18 +21,8 @@ import transformer_lib
 import transformer_lib.cli
 import transformer_lib.rundir
 import transformer_lib.training
-from transformer_lib.cli import (
-    DEBUG_ENV,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    TRAIN_FLAGS,
-    TRAIN_PRESET,
-    CLIError,
-    UsageError,
-    build_parser,
-    main,
-)
+from transformer_lib.cli import TRAIN_FLAGS, TRAIN_PRESET, build_parser, main
+from transformer_lib.cli_common import DEBUG_ENV, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CLIError, UsageError
 from transformer_lib.checkpoint import load_checkpoint
 from transformer_lib.config import GPTConfig, TrainConfig
 from transformer_lib.data import CharTokenizer, train_val_split

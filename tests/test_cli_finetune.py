@@ -17,11 +17,12 @@ from typing import Callable, NamedTuple
 import pytest
 import torch
 
+import transformer_lib.cli_finetune
 from transformer_lib.arithmetic import ASSISTANT, END, SPECIAL, USER, VOCAB, chat_prompt
 from transformer_lib.checkpoint import load_checkpoint
-from transformer_lib.cli import (
-    CHAT_ROLES, EXIT_FAILURE, EXIT_USAGE, FINETUNE_DEFAULTS, LORA_TARGETS, _conversation_example, build_parser, main,
-)
+from transformer_lib.cli import build_parser, main
+from transformer_lib.cli_common import EXIT_FAILURE, EXIT_USAGE
+from transformer_lib.cli_finetune import CHAT_ROLES, FINETUNE_DEFAULTS, LORA_TARGETS, _conversation_example
 from transformer_lib.config import GPTConfig
 from transformer_lib.data import CharTokenizer
 from transformer_lib.gpt import GPT
@@ -192,13 +193,12 @@ def test_lora_run_is_apply_lora_then_fine_tune(files, tmp_path, capsys):
 
 def test_init_special_tokens_resets_their_rows_to_the_mean(files, tmp_path, capsys, monkeypatch):
     seen = {}
-    import transformer_lib.cli as cli_module
-    real = cli_module.fine_tune
+    real = transformer_lib.cli_finetune.fine_tune  # looked up in cli_finetune, where finetune_command runs
 
     def spy(model, examples, **kwargs):
         seen["wte"] = model.wte.weight.detach().clone()
         return real(model, examples, **kwargs)
-    monkeypatch.setattr(cli_module, "fine_tune", spy)
+    monkeypatch.setattr(transformer_lib.cli_finetune, "fine_tune", spy)
     assert run_main(capsys, "finetune", files / "base", files / "chats.jsonl", "--out", tmp_path / "init", *FAST,
                     "--init-special-tokens")[0] == 0
     special = [VOCAB.index(c) for c in SPECIAL.values()]

@@ -154,14 +154,16 @@ def test_dunder_main_is_checked_and_removed_with_its_chapter(repo_copy: Path):
     assert "edited by hand" not in main_py.read_text(encoding="utf-8")
 
     cli_chapter(repo_copy).unlink()
-    for path in (repo_copy / "book").glob("[0-9][0-9]_*.md"):  # the chapters that extend cli (the appendix) go too
-        if re.search(r"^#\|\s*export\s+cli\s*$", path.read_text(encoding="utf-8"), re.MULTILINE):
+    # the chapters that extend the command line (the appendix's finetune, in cli_finetune) go too
+    for path in (repo_copy / "book").glob("[0-9][0-9]_*.md"):
+        if re.search(r"^#\|\s*export\s+cli(_\w+)?\s*$", path.read_text(encoding="utf-8"), re.MULTILINE):
             path.unlink()
     removed = run_export(repo_copy, "--check")
     assert removed.returncode == 1
     assert "transformer_lib/__main__.py" in removed.stderr and "transformer_lib/cli.py" in removed.stderr
     assert run_export(repo_copy).returncode == 0
-    assert not main_py.exists() and not (repo_copy / "transformer_lib" / "cli.py").exists()
+    assert not main_py.exists()
+    assert not any((repo_copy / "transformer_lib" / f"{m}.py").exists() for m in ("cli", "cli_common", "cli_finetune"))
     assert run_export(repo_copy, "--check").returncode == 0
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import transformer_lib.cli
+import transformer_lib.cli_finetune
 import transformer_lib.rundir
 import transformer_lib.training
 from transformer_lib.checkpoint import save_checkpoint
@@ -36,11 +37,13 @@ TEXT = "To be, or not to be: that is the question.\n" * 20
 def test_run_directory_names_are_defined_once():
     for name in ("CHECKPOINT_FILE", "METRICS_FILE", "TOKENIZER_FILE", "RUN_FILE", "RUN_FORMAT"):
         assert name in transformer_lib.rundir.__all__
-        assert name not in transformer_lib.cli.__all__ and name not in transformer_lib.training.__all__
+        for module in (transformer_lib.cli, transformer_lib.cli_finetune, transformer_lib.training):
+            assert name not in module.__all__
     for name in ("CHECKPOINT_FILE", "METRICS_FILE"):  # the trainer writes these two
         assert getattr(transformer_lib.training, name) is getattr(transformer_lib.rundir, name)
     for name in ("CHECKPOINT_FILE", "METRICS_FILE", "TOKENIZER_FILE", "RUN_FILE"):
-        assert getattr(transformer_lib.cli, name) is getattr(transformer_lib.rundir, name)
+        for module in (transformer_lib.cli, transformer_lib.cli_finetune):
+            assert getattr(module, name) is getattr(transformer_lib.rundir, name)
 
 
 @pytest.fixture

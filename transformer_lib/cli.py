@@ -3,10 +3,6 @@
 """The command line, ``python -m transformer_lib``: the ``train``, ``generate`` and ``evaluate``
 commands and their argument parser.
 
-The ``finetune`` command (the appendix on engineering files and the command line): Chapter 22's
-supervised fine-tuning, optionally with Chapter 23's LoRA, of a saved model or a run on the
-conversations of a JSONL file, written as a run directory.
-
 Exported from the chapters
 
 - `book/16_command_line.md` (The command line)
@@ -14,27 +10,14 @@ Exported from the chapters
 """
 
 __all__ = [
-    "PROG",
-    "EXIT_FAILURE",
-    "EXIT_USAGE",
-    "EXIT_INTERRUPTED",
-    "DEBUG_ENV",
-    "INT64_MAX",
     "TRAIN_PRESET",
     "SPEEDRUN",
     "TRAIN_FLAGS",
-    "CLIError",
-    "UsageError",
     "build_parser",
     "train_command",
     "main",
     "generate_command",
     "evaluate_command",
-    "FINETUNE_DEFAULTS",
-    "FINETUNE_FLAGS",
-    "LORA_TARGETS",
-    "CHAT_ROLES",
-    "finetune_command",
 ]
 
 import argparse
@@ -46,45 +29,30 @@ import re
 import shlex
 import signal
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from transformer_lib._checks import check_device, check_float, check_int, check_memory, describe, format_bytes
-from transformer_lib.arithmetic import ASSISTANT, END, SPECIAL, USER
-from transformer_lib.checkpoint import save_checkpoint
+from transformer_lib._checks import check_float, format_bytes
+from transformer_lib.cli_common import (
+    DEBUG_ENV, EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CLIError, UsageError, available_device,
+    check_flag, check_int_flag, check_memory_budget, device_flag, failure_reason, one_line, stage, stored_run,
+    training_bytes,
+)
+from transformer_lib.cli_finetune import add_finetune_parser
 from transformer_lib.config import GPT_PRESETS, PRECISIONS, GPTConfig, TrainConfig, gpt_param_count
 from transformer_lib.data import CharTokenizer, train_val_split
 from transformer_lib.evaluate import evaluate_split
 from transformer_lib.generation import generate
 from transformer_lib.gpt import GPT
 from transformer_lib.launch import on_sigint, process_group, stop_on_sigint
-from transformer_lib.lora import apply_lora, merge_lora, train_token_rows
-from transformer_lib.optim import cosine_lr_unchecked
-from transformer_lib.pretrained import BOOK_MODELS, load_book_model
 from transformer_lib.rundir import (
-    CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, RUN_FORMAT, TOKENIZER_FILE, StoredRun, check_run_dir, read_json, read_run,
-    read_text, write_json, write_run,
+    CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, TOKENIZER_FILE, check_run_dir, read_json, read_text, write_run,
 )
-from transformer_lib.sft import Example, fine_tune, init_new_tokens
 from transformer_lib.training import train
 
-#: The program name in usage lines and error messages.
-PROG = "transformer_lib"
-#: Exit status of a failed run: a file that is missing, unreadable, corrupt or incomplete, a device
-#: that is not there, not enough memory, or an unexpected error.
-EXIT_FAILURE = 1
-#: Exit status of a usage error (bad arguments), as argparse uses it.
-EXIT_USAGE = 2
-#: Exit status after an interruption by SIGINT: 128 + 2, the shell's convention.
-EXIT_INTERRUPTED = 130
-#: Set this environment variable to 1 to print the traceback behind an error line.
-DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
-#: The largest integer flag value: step counts, sizes and seeds end up in 64-bit integers.
-INT64_MAX = 2**63 - 1
 #: The training preset (:data:`~transformer_lib.config.TRAIN_PRESETS`) that gives ``train`` its
 #: defaults: Chapter 10's CPU recipe.
 TRAIN_PRESET = "shakespeare-baby"
@@ -94,69 +62,18 @@ SPEEDRUN = "speedrun"
 TRAIN_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
                "warmup_steps": "--warmup-steps", "eval_interval": "--eval-interval", "seed": "--seed",
                "precision": "--precision", "time_budget": "--time-budget"}
-_EPILOG = (f"Exit status: 0 done, {EXIT_FAILURE} the run failed (a missing or corrupt file, no such device, "
-          f"not enough memory), {EXIT_USAGE} bad arguments, {EXIT_INTERRUPTED} interrupted by Ctrl-C; errors are "
-          f"one line on stderr. {DEBUG_ENV}=1 prints the traceback behind an error.")
-
-
-class CLIError(Exception):
-    """An expected failure of a command: a file, the device or the memory does not allow the run.
-
-    :func:`main` prints it as one line ``transformer_lib COMMAND: error: MESSAGE`` on stderr and
-    returns its ``status``, :data:`EXIT_FAILURE`; it never shows a traceback.
-    """
-
-    status = EXIT_FAILURE
-
-
-class UsageError(CLIError):
-    """A bad argument: out of range, conflicting with another flag or with the run it names (status 2)."""
-
-    status = EXIT_USAGE
-
-
-def _one_line(message) -> str:
-    """The first non-empty line of a message (a string or an exception), at most 400 characters."""
-    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    return text if len(text) <= 400 else text[:397] + "..."
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         # argparse prints the whole usage first; one line that names the problem reads better.
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
+# finetune joins the parser: build_parser calls _add_more_commands last.
 def _add_more_commands(commands: argparse._SubParsersAction) -> None:
     """Add the subparser of ``finetune``."""
-    d = FINETUNE_DEFAULTS
-    f = commands.add_parser(
-        "finetune", help="fine-tune a model on conversations in a JSONL file, optionally with LoRA",
-        description="Fine-tune BASE on the conversations of DATA.jsonl, one {\"messages\": [{\"role\": \"user\", "
-        "\"content\": ...}, {\"role\": \"assistant\", \"content\": ...}, ...]} a line, in the chat template of "
-        "Chapter 22, with the loss on every assistant turn. DIR receives a run directory (tokenizer.json, run.json, "
-        "metrics.jsonl with each step's loss, ckpt.pt) that generate and evaluate read.", epilog=_EPILOG,
-    )
-    f.add_argument("base", metavar="BASE", help="a saved model directory (save_pretrained, with tokenizer.json), "
-                   f"a run directory of train or finetune, or a book model: {', '.join(BOOK_MODELS)}")
-    f.add_argument("data", metavar="DATA.jsonl", help="the conversations, one JSON object a line, UTF-8")
-    f.add_argument("--out", required=True, metavar="DIR", help="the run directory (created if needed)")
-    f.add_argument("--max-steps", type=int, metavar="N", help=f"optimizer steps (default: {d['max_steps']})")
-    f.add_argument("--batch-size", type=int, metavar="N",
-                   help=f"conversations per step, drawn with replacement (default: {d['batch_size']})")
-    f.add_argument("--lr", type=float,
-                   help=f"peak learning rate (default: {d['lr']:g}, {d['lora_lr']:g} with --lora-r)")
-    f.add_argument("--warmup-steps", type=int, metavar="N",
-                   help=f"learning-rate warm-up (default: {d['warmup_steps']})")
-    f.add_argument("--seed", type=int, help=f"seed of the batches and of LoRA's matrices (default: {d['seed']})")
-    f.add_argument("--lora-r", type=int, metavar="R", help="train a LoRA update of rank R on every linear layer "
-                   "of the blocks, and the special tokens' embedding rows, instead of every weight; written merged")
-    f.add_argument("--lora-alpha", type=float, metavar="ALPHA", help="LoRA's scale is ALPHA / R (default: 2 R)")
-    f.add_argument("--init-special-tokens", action="store_true", help="first set the special tokens' embedding "
-                   "rows to the mean of the others (Chapter 22's start, for a base that never saw them)")
-    f.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda if available, else cpu)")
-    f.set_defaults(handler=finetune_command, command_prog=f.prog)
+    add_finetune_parser(commands)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; ``parse_args`` returns a namespace with ``handler`` (a function taking the
         namespace and returning an exit status) and ``command_prog`` (e.g. ``"transformer_lib train"``).
     """
-    parser = _Parser(prog=PROG, epilog=_EPILOG, description="Train character-level GPTs and generate text "
+    parser = _Parser(prog=PROG, epilog=EPILOG, description="Train character-level GPTs and generate text "
                      "with them, with the library built in Transformers from Scratch.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
@@ -181,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Ctrl-C saves a checkpoint at the end of the current step and exits with status 130; --resume "
         "continues exactly where the run stopped. Under torchrun --nproc_per_node=N the run is data "
         "parallel, and --batch-size is per process. --preset speedrun trains Chapter 21's recipe (Muon, "
-        "RoPE, QK-norm) for its time budget.", epilog=_EPILOG,
+        "RoPE, QK-norm) for its time budget.", epilog=EPILOG,
     )
     p.add_argument("--data", required=True, metavar="PATH", help="the training text, a UTF-8 file")
     p.add_argument("--out", required=True, metavar="DIR", help="the run directory (created if needed)")
@@ -216,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "generate", help="continue a prompt with a trained model",
         description="Load the model and tokenizer of a run directory written by train, and continue "
         "PROMPT one character at a time, printing each as it is drawn. The same --seed gives the same "
-        "text; --temperature 0 is greedy decoding.", epilog=_EPILOG,
+        "text; --temperature 0 is greedy decoding.", epilog=EPILOG,
     )
     g.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory written by train")
     g.add_argument("--prompt", required=True, metavar="TEXT", help="the text to continue")
@@ -235,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate", help="score a trained model on the validation split of a text",
         description="Load the model and tokenizer of a run directory written by train and print its mean "
         "cross-entropy over every position of the validation split of PATH (its last 10 %, split as "
-        "train splits it), as one line: val_loss <value>.", epilog=_EPILOG,
+        "train splits it), as one line: val_loss <value>.", epilog=EPILOG,
     )
     e.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory written by train")
     e.add_argument("--data", required=True, metavar="PATH", help="the text whose last 10 %% is scored, UTF-8")
@@ -252,73 +169,7 @@ def _read_text(path: Path) -> tuple[str, str]:
     try:
         return read_text(path)
     except (OSError, ValueError) as err:  # read_text names the file
-        raise CLIError(f"--data: {_one_line(err)}") from None
-
-
-def _check_flag(check, flag: str, value, **bounds):
-    """``check(PROG, flag, value, **bounds)``, one of ``transformer_lib._checks``; a failure is a UsageError."""
-    try:
-        return check(PROG, flag, value, **bounds)
-    except (TypeError, ValueError) as err:
-        raise UsageError(str(err).removeprefix(f"{PROG}: ")) from None
-
-
-def _check_int_flag(flag: str, value: int | None, minimum: int) -> None:
-    """An integer flag in ``[minimum, INT64_MAX]``; None means "not given"."""
-    if value is None:
-        return
-    _check_flag(check_int, flag, value, minimum=minimum)
-    if value > INT64_MAX:
-        raise UsageError(f"{flag} must be an int in [{minimum}, 2**63 - 1] (64 bits), got {flag}={describe(value)}")
-
-
-def _check_generate_flags(args: argparse.Namespace) -> None:
-    """The sampling flags of ``generate`` in range, with the rules of ``generate`` (Chapter 12)."""
-    _check_int_flag("--max-new-tokens", args.max_new_tokens, 0)
-    _check_flag(check_float, "--temperature", args.temperature, minimum=0.0)  # 0 is greedy
-    _check_int_flag("--top-k", args.top_k, 1)
-    if args.top_p is not None:
-        _check_flag(check_float, "--top-p", args.top_p, minimum=0.0, maximum=1.0, min_open=True)
-    _check_int_flag("--seed", args.seed, 0)
-    if not args.prompt:
-        raise UsageError("--prompt must hold at least one character, got --prompt=''")
-
-
-#: The kinds of device the commands run on (``torch.device(...).type``).
-_DEVICE_TYPES = ("cpu", "cuda", "mps")
-
-
-def _device_flag(requested: str | None) -> torch.device | None:
-    """``--device`` as a ``torch.device`` (None if not given); a string that names no usable device is a UsageError."""
-    if requested is None:
-        return None
-    device = _check_flag(check_device, "--device", requested)
-    if device.type not in _DEVICE_TYPES:
-        raise UsageError(f"--device must be cpu, cuda, cuda:N or mps, got --device={requested!r}")
-    return device
-
-
-def _available(device: torch.device | None) -> str:
-    """The device to run on: ``device`` if this machine has it (else a CLIError), or cuda if present, else cpu."""
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise CLIError(f"--device {device}: PyTorch sees no CUDA device on this machine")
-        if device.index is not None and device.index >= count:
-            raise CLIError(f"--device {device}: PyTorch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise CLIError(f"--device {device}: the MPS backend is not available on this machine")
-    return str(device)
-
-
-def _check_memory_budget(need: int, device: str, what: str) -> None:
-    """Refuse (CLIError) a budget of ``need`` bytes that cannot fit in the memory of ``device``."""
-    try:
-        check_memory("not enough memory", what, need, device)
-    except ValueError as err:
-        raise CLIError(f"{err}; nothing was allocated") from None
+        raise CLIError(f"--data: {one_line(err)}") from None
 
 
 def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
@@ -327,7 +178,7 @@ def _model_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
         try:
             fields = read_json(args.config)
         except (OSError, ValueError) as err:
-            raise CLIError(f"--config: {_one_line(err)}") from None
+            raise CLIError(f"--config: {one_line(err)}") from None
         if fields.get("vocab_size", vocab_size) != vocab_size:
             raise CLIError(f"--config: {args.config} sets vocab_size={fields['vocab_size']!r}, but the text of "
                            f"--data has {vocab_size} distinct characters; leave vocab_size out")
@@ -382,20 +233,10 @@ def _differences(stored: dict, requested: dict, flags: dict | None = None) -> li
             for k in requested if stored.get(k) != requested[k]]
 
 
-def _stored_run(directory: Path, flag: str, resume: bool = False) -> StoredRun:
-    """:func:`~transformer_lib.rundir.read_run`; a refusal is a CLIError naming ``flag``."""
-    try:
-        return read_run(directory, resume=resume)
-    except (OSError, TypeError, ValueError) as err:  # read_run names the file
-        missing = str(err).endswith(f"holds no {CHECKPOINT_FILE}")
-        hint = f"; write one with {PROG} train --out {directory}" if missing else ""
-        raise CLIError(f"{flag}: {_one_line(err)}{hint}") from None
-
-
 def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str,
                      device: str) -> tuple[GPTConfig, TrainConfig, int, bool]:
     """Validate DIR against the command line; return the stored configs, the stored step and whether the run is done."""
-    stored = _stored_run(out, "--resume", resume=True)
+    stored = stored_run(out, "--resume", resume=True)
     checkpoint, model_config, train_config, run = stored.checkpoint, stored.model_config, stored.train_config, stored.run
     if run.get("data_sha256") != data_sha256:
         raise UsageError(f"--resume: --data {args.data} is not the text the run in {out} was trained on "
@@ -410,13 +251,6 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
     if changed:
         raise UsageError(f"--resume: a resumed run keeps its training configuration; got {', '.join(changed)}")
     return model_config, dataclasses.replace(train_config, device=device), checkpoint["step"], stored.complete
-
-
-def _training_bytes(config: GPTConfig, batch_size: int) -> tuple[int, int]:
-    """An estimate of the memory of training: (weights, gradients and optimizer state; one batch's activations)."""
-    weights = 16 * gpt_param_count(config)  # four float32 copies of every parameter, as with AdamW
-    activations = 4 * batch_size * config.block_size * (2 * config.vocab_size + config.n_layer * config.n_embd)
-    return weights, activations
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -436,11 +270,11 @@ def train_command(args: argparse.Namespace) -> int:
             machine lacks, a run that cannot fit in memory, or a failure while training.
     """
     train_config = None if args.resume else _train_config(args, "cpu")  # every flag checked before any work
-    requested = _device_flag(args.device)
+    requested = device_flag(args.device)
     data_path, out = Path(args.data), Path(args.out)
     text, data_sha256 = _read_text(data_path)
-    device = _available(requested)
-    with _stage(f"--out {out}"):
+    device = available_device(requested)
+    with stage(f"--out {out}"):
         try:
             check_run_dir(out, resume=args.resume)
         except FileExistsError as err:
@@ -459,12 +293,12 @@ def train_command(args: argparse.Namespace) -> int:
     if len(text) < need:
         raise CLIError(f"--data: {data_path} has {len(text)} characters; block_size={model_config.block_size} "
                        f"needs at least {need} (10 x (block_size + 1), for the 10 % validation split)")
-    weights, activations = _training_bytes(model_config, train_config.batch_size)
-    _check_memory_budget(weights + activations, train_config.device,
+    weights, activations = training_bytes(model_config, train_config.batch_size)
+    check_memory_budget(weights + activations, train_config.device,
                 f"training {gpt_param_count(model_config):,} parameters ({format_bytes(weights)} with their gradients "
                 f"and optimizer state) on batches of --batch-size {train_config.batch_size} x block_size "
                 f"{model_config.block_size} ({format_bytes(activations)} of activations)")
-    with _stage("preparing the data"):
+    with stage("preparing the data"):
         train_data, val_data = train_val_split(torch.tensor(tokenizer.encode(text), dtype=torch.long), 0.1)
 
     with process_group(train_config.device) as (rank, device):
@@ -481,13 +315,13 @@ def train_command(args: argparse.Namespace) -> int:
             try:
                 write_run(out, tokenizer, data_path, data_sha256, len(text))
             except OSError as err:
-                raise CLIError(f"--out: cannot write the run into {out}: {_one_line(err)}") from None
-        with _stage("building the model"):
+                raise CLIError(f"--out: cannot write the run into {out}: {one_line(err)}") from None
+        with stage("building the model"):
             torch.manual_seed(train_config.seed)  # the initialisation of a fresh run; a resumed run loads its own
             model = GPT(model_config)
         try:
             with stop_on_sigint(second_interrupts=not dist.is_initialized()) as should_stop, \
-                    _stage(f"training the run in {out}", every_rank=True):
+                    stage(f"training the run in {out}", every_rank=True):
                 history = train(model, train_data, val_data, train_config, out_dir=out, resume=args.resume,
                                 progress=not args.no_progress, should_stop=should_stop)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; atomic writes keep the last checkpoint whole
@@ -518,27 +352,6 @@ def train_command(args: argparse.Namespace) -> int:
             say(f"{where} in {last['precision']}: train loss {last['train_loss']:.4f}, val loss "
                 f"{last['val_loss']:.4f} (estimates); {out}/ holds {files}")
     return 0
-
-
-def _reason(err: BaseException) -> str:
-    """``"TypeName: first line"`` of an exception; out-of-memory errors say so first."""
-    text, name = _one_line(err), type(err).__name__
-    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or "can't allocate memory" in text:
-        return f"out of memory ({name}: {text})"
-    return f"{name}: {text}" if text else name
-
-
-@contextlib.contextmanager
-def _stage(what: str, every_rank: bool = False):
-    """Turn any exception but a CLIError (and Ctrl-C) into a CLIError ``"WHAT: TypeName: message"``."""
-    try:
-        yield
-    except CLIError:
-        raise
-    except Exception as err:
-        failure = CLIError(f"{what}: {_reason(err)}")
-        failure.every_rank = every_rank
-        raise failure from err
 
 
 def _rank() -> int:
@@ -589,16 +402,28 @@ def main(argv: list[str] | None = None) -> int:
         _report(prog, "interrupted by Ctrl-C")
         return EXIT_INTERRUPTED
     except Exception as err:  # a failure no check foresaw: still one line, and status 1
-        _report(prog, f"unexpected failure: {_reason(err)}", err, every_rank=True)
+        _report(prog, f"unexpected failure: {failure_reason(err)}", err, every_rank=True)
         return EXIT_FAILURE
+
+
+def _check_generate_flags(args: argparse.Namespace) -> None:
+    """The sampling flags of ``generate`` in range, with the rules of ``generate`` (Chapter 12)."""
+    check_int_flag("--max-new-tokens", args.max_new_tokens, 0)
+    check_flag(check_float, "--temperature", args.temperature, minimum=0.0)  # 0 is greedy
+    check_int_flag("--top-k", args.top_k, 1)
+    if args.top_p is not None:
+        check_flag(check_float, "--top-p", args.top_p, minimum=0.0, maximum=1.0, min_open=True)
+    check_int_flag("--seed", args.seed, 0)
+    if not args.prompt:
+        raise UsageError("--prompt must hold at least one character, got --prompt=''")
 
 
 def _load_run(directory: Path, device: str) -> tuple[GPT, CharTokenizer]:
     """The trained model (in eval mode, on ``device``) and tokenizer of a run directory."""
-    stored = _stored_run(directory, "--checkpoint")
+    stored = stored_run(directory, "--checkpoint")
     config, path = stored.model_config, directory / CHECKPOINT_FILE
-    _check_memory_budget(4 * gpt_param_count(config), device, f"the model of {path}")
-    with _stage(f"--checkpoint: loading the model of {path}"):
+    check_memory_budget(4 * gpt_param_count(config), device, f"the model of {path}")
+    with stage(f"--checkpoint: loading the model of {path}"):
         model = GPT(config)
         model.load_state_dict(stored.checkpoint["model"])
         return model.to(device).eval(), stored.tokenizer
@@ -631,16 +456,16 @@ def generate_command(args: argparse.Namespace) -> int:
             a budget that cannot fit in memory, or a failure while generating.
     """
     _check_generate_flags(args)
-    device = _available(_device_flag(args.device))
+    device = available_device(device_flag(args.device))
     total = len(args.prompt) + args.max_new_tokens  # one id per character
-    _check_memory_budget(8 * total, device, f"--max-new-tokens {args.max_new_tokens}: a text of {total:,} token ids")
+    check_memory_budget(8 * total, device, f"--max-new-tokens {args.max_new_tokens}: a text of {total:,} token ids")
     model, tokenizer = _load_run(Path(args.checkpoint), device)
     try:
         ids = tokenizer.encode(args.prompt)
     except ValueError as err:
-        raise UsageError(f"--prompt: {_one_line(err)}") from None
+        raise UsageError(f"--prompt: {one_line(err)}") from None
     try:
-        with _stage("generating"):
+        with stage("generating"):
             generator = torch.Generator(device=device).manual_seed(args.seed)
             print(args.prompt, end="", flush=True)
             try:
@@ -652,7 +477,7 @@ def generate_command(args: argparse.Namespace) -> int:
             except ValueError as err:  # generate's own check of the budget, under the flag's name
                 if "max_new_tokens" not in str(err):
                     raise
-                raise CLIError(f"--max-new-tokens {args.max_new_tokens}: {_one_line(err)}") from None
+                raise CLIError(f"--max-new-tokens {args.max_new_tokens}: {one_line(err)}") from None
             print(flush=True)
     except CLIError as err:
         if isinstance(err.__cause__, BrokenPipeError):
@@ -683,229 +508,21 @@ def evaluate_command(args: argparse.Namespace) -> int:
         CLIError: for an unreadable, empty or too short ``--data``, a character the run's tokenizer
             does not know, a missing, corrupt or incomplete run directory, or a device this machine lacks.
     """
-    _check_int_flag("--batch-size", args.batch_size, 1)
-    device = _available(_device_flag(args.device))
+    check_int_flag("--batch-size", args.batch_size, 1)
+    device = available_device(device_flag(args.device))
     data_path = Path(args.data)
     text, _ = _read_text(data_path)
     model, tokenizer = _load_run(Path(args.checkpoint), device)
     try:
         ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     except ValueError as err:
-        raise CLIError(f"--data: {data_path}: {_one_line(err)}") from None
+        raise CLIError(f"--data: {data_path}: {one_line(err)}") from None
     if len(ids) < 20:  # a validation split of at least 2 ids: one prediction
         raise CLIError(f"--data: {data_path} has {len(ids)} characters; evaluate needs at least 20 "
                        f"(its last 10 % must hold two)")
     _, val_data = train_val_split(ids, 0.1)
-    with _stage("evaluating"):
+    with stage("evaluating"):
         loss = evaluate_split(model, val_data, block_size=model.config.block_size,
                               batch_size=args.batch_size, device=device)
     print(f"val_loss {loss:.4f}", flush=True)
-    return 0
-
-
-#: The defaults of ``finetune``: Chapter 22's recipe (as for ``arith-sft``), and Chapter 23's rate for LoRA.
-FINETUNE_DEFAULTS = {"max_steps": 100, "batch_size": 16, "lr": 1e-3, "lora_lr": 5e-3, "warmup_steps": 20, "seed": 0}
-#: The flags of ``finetune`` that set a field of :class:`~transformer_lib.config.TrainConfig`.
-FINETUNE_FLAGS = {"max_steps": "--max-steps", "batch_size": "--batch-size", "lr": "--lr",
-                  "warmup_steps": "--warmup-steps", "seed": "--seed"}
-#: The layers that ``--lora-r`` adapts: every linear layer of a GPT's blocks (Chapter 23's choice).
-LORA_TARGETS = ["in_proj", "out_proj", "fc1", "fc2"]
-#: The roles of a conversation -> the special token that opens their turns.
-CHAT_ROLES = {"user": USER, "assistant": ASSISTANT}
-
-
-def _finetune_config(args: argparse.Namespace) -> TrainConfig:
-    """The run's TrainConfig from the flags; its validation error becomes a UsageError naming the flags."""
-    lr_default = FINETUNE_DEFAULTS["lora_lr" if args.lora_r is not None else "lr"]
-    given = {f: getattr(args, f) for f in FINETUNE_FLAGS if getattr(args, f) is not None}
-    values = {**FINETUNE_DEFAULTS, "lr": lr_default, **given}
-    del values["lora_lr"]
-    try:  # fine_tune's optimizer: AdamW without weight decay, to lr / 10
-        config = TrainConfig(**values, min_lr=0.0, weight_decay=0.0, eval_interval=1, checkpoint_interval=1)
-    except (TypeError, ValueError) as err:
-        message = str(err).removeprefix("TrainConfig: ")
-        flags = [f"{flag} {values[f]}" + ("" if f in given else " (the default)")
-                 for f, flag in FINETUNE_FLAGS.items() if re.search(rf"\b{f}\b", message)]
-        raise UsageError(f"{' and '.join(flags) or 'the training flags'}: {message}") from None
-    return dataclasses.replace(config, min_lr=config.lr / 10, eval_interval=config.max_steps,
-                               checkpoint_interval=config.max_steps)
-
-
-def _load_base(base: str) -> tuple[GPT, CharTokenizer]:
-    """The model (on the CPU) and tokenizer of BASE: a run directory, a saved model directory, or a book model."""
-    path = Path(base)
-    if not path.exists() and base in BOOK_MODELS:
-        with _stage(f"BASE {base}"):
-            return load_book_model(base)
-    if not path.is_dir():
-        what = "is a file" if path.exists() else "does not exist"
-        raise CLIError(f"BASE: {path} {what}; give a saved model or run directory, or one of {', '.join(BOOK_MODELS)}")
-    if (path / CHECKPOINT_FILE).exists():
-        stored = _stored_run(path, "BASE")
-        with _stage(f"BASE: loading the model of {path / CHECKPOINT_FILE}"):
-            model = GPT(stored.model_config)
-            model.load_state_dict(stored.checkpoint["model"])
-        return model, stored.tokenizer
-    try:
-        model = GPT.from_pretrained(path)
-        tokenizer = CharTokenizer.load(path / TOKENIZER_FILE)
-    except (OSError, TypeError, ValueError) as err:
-        raise CLIError(f"BASE: {_one_line(err)}") from None
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise CLIError(f"BASE: {path / TOKENIZER_FILE} has {tokenizer.vocab_size} characters, the model "
-                       f"vocab_size={model.config.vocab_size}")
-    return model, tokenizer
-
-
-def _conversation_example(tokenizer: CharTokenizer, messages: list[dict]) -> Example:
-    """A conversation in the chat template, the targets -1 except on each assistant turn's text and its end token."""
-    ids, trained = [], []
-    for m in messages:
-        cue, text = tokenizer.encode(CHAT_ROLES[m["role"]]), tokenizer.encode(m["content"] + END)
-        ids += cue + text
-        trained += [False] * len(cue) + [m["role"] == "assistant"] * len(text)
-    return ids[:-1], [t if keep else -1 for t, keep in zip(ids[1:], trained[1:])]
-
-
-def _check_conversation(where: str, record, known: set[str]) -> list[dict]:
-    """The messages of one line of DATA.jsonl, every rule checked; a CLIError names ``where`` (FILE:LINE)."""
-    if not isinstance(record, dict) or set(record) != {"messages"}:
-        got = f"keys {sorted(record)}" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
-        raise CLIError(f'{where}: a line must be an object {{"messages": [...]}}, got {got}')
-    messages = record["messages"]
-    if not isinstance(messages, list) or not messages:
-        raise CLIError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}} objects, '
-                       f"got {describe(messages)}")
-    for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and set(m) == {"role", "content"} and isinstance(m["role"], str)
-                and isinstance(m["content"], str)):
-            raise CLIError(f'{where}: messages[{i}] must be {{"role": str, "content": str}}, got {describe(m)}')
-        if m["role"] not in CHAT_ROLES:
-            why = "the chat template has no system turn" if m["role"] == "system" else "roles are user and assistant"
-            raise CLIError(f"{where}: messages[{i}] has role {m['role']!r}; {why}")
-        for ch in m["content"]:
-            name = next((k for k, v in SPECIAL.items() if v == ch), None)
-            if name is not None or ch not in known:
-                what = f"the chat template's reserved {name}" if name else "which the base tokenizer cannot encode"
-                raise CLIError(f"{where}: messages[{i}].content holds {ch!r} (U+{ord(ch):04X}), {what}")
-    roles = [m["role"] for m in messages]
-    if "assistant" not in roles:
-        raise CLIError(f"{where}: the conversation has no assistant turn, so nothing to learn")
-    if any(r != ("user", "assistant")[i % 2] for i, r in enumerate(roles)) or roles[-1] != "assistant":
-        raise CLIError(f"{where}: the turns must alternate user, assistant, ..., from a user's to an "
-                       f"assistant's, got {', '.join(roles)}")
-    return messages
-
-
-def _read_conversations(path: Path, tokenizer: CharTokenizer, block_size: int) -> tuple[list[Example], str, int]:
-    """The examples of every conversation of DATA.jsonl, the file's SHA-256 and its length in characters;
-    blank lines are skipped."""
-    try:
-        text, sha256 = read_text(path)
-    except (OSError, ValueError) as err:
-        raise CLIError(f"DATA: {_one_line(err)}") from None
-    known, examples = set(tokenizer.chars), []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CLIError(f"{where}: not valid JSON: {err.msg} (column {err.colno})") from None
-        except RecursionError:
-            raise CLIError(f"{where}: not valid JSON: nested too deeply") from None
-        x, y = _conversation_example(tokenizer, _check_conversation(where, record, known))
-        if len(x) > block_size:
-            raise CLIError(f"{where}: the conversation is {len(x) + 1} tokens long; the model's block_size="
-                           f"{block_size} takes at most {block_size + 1}")
-        examples.append((x, y))
-    if not examples:
-        raise CLIError(f"DATA: {path} holds no conversation, only blank lines")
-    return examples, sha256, len(text)
-
-
-def finetune_command(args: argparse.Namespace) -> int:
-    """Run ``transformer_lib finetune``: fine-tune BASE on DATA.jsonl into the run directory ``args.out``.
-
-    Args:
-        args: the namespace from :func:`build_parser` for the ``finetune`` command.
-
-    Returns:
-        0.
-
-    Raises:
-        UsageError: for a flag out of range, an unknown device, ``--lora-alpha`` without ``--lora-r``,
-            a rank beyond the model's width, or an ``--out`` that already holds a run.
-        CLIError: for a missing or invalid BASE, a tokenizer without the chat template's tokens, a line of
-            DATA.jsonl that breaks a rule (the message gives FILE:LINE), an unusable ``--out``, a device this
-            machine lacks, a run that cannot fit in memory, or a failure while training.
-    """
-    config = _finetune_config(args)
-    _check_int_flag("--lora-r", args.lora_r, 1)
-    if args.lora_alpha is not None:
-        if args.lora_r is None:
-            raise UsageError("--lora-alpha sets the scale of LoRA; it needs --lora-r")
-        _check_flag(check_float, "--lora-alpha", args.lora_alpha, minimum=0.0, min_open=True)
-    alpha = None if args.lora_r is None else args.lora_alpha or 2.0 * args.lora_r
-    requested, out, data = _device_flag(args.device), Path(args.out), Path(args.data)
-    try:
-        check_run_dir(out, resume=False)
-    except FileExistsError as err:
-        raise UsageError(f"--out: {err}; choose another directory") from None
-    except OSError as err:
-        raise CLIError(f"--out: {err}") from None
-    device = _available(requested)
-    model, tokenizer = _load_base(args.base)
-    special = [c for c in SPECIAL.values() if c in tokenizer.chars]
-    if len(special) < len(SPECIAL):
-        raise CLIError(f"BASE: the tokenizer of {args.base} lacks the chat template's special characters "
-                       f"{', '.join(SPECIAL)} (U+0001 to U+0003); start from a model that has them, e.g. arith-baby")
-    if args.lora_r is not None and args.lora_r > model.config.n_embd:
-        raise UsageError(f"--lora-r {args.lora_r}: the rank must be at most the model's width n_embd="
-                         f"{model.config.n_embd}")
-    examples, data_sha256, characters = _read_conversations(data, tokenizer, model.config.block_size)
-    weights, activations = _training_bytes(model.config, config.batch_size)
-    _check_memory_budget(weights + activations, device, f"fine-tuning {gpt_param_count(model.config):,} parameters")
-
-    ids = [tokenizer.encode(c)[0] for c in special]
-    with _stage("fine-tuning"):
-        model = model.to(device)
-        if args.init_special_tokens:
-            init_new_tokens(model.wte.weight, ids)  # a tied lm_head shares these rows
-            if model.lm_head.weight is not model.wte.weight:
-                init_new_tokens(model.lm_head.weight, ids)
-        if args.lora_r is not None:
-            torch.manual_seed(config.seed)  # LoRA's A matrices
-            apply_lora(model, r=args.lora_r, alpha=alpha, target_modules=LORA_TARGETS)
-            for weight in {id(w): w for w in (model.wte.weight, model.lm_head.weight)}.values():
-                train_token_rows(weight, ids)
-        start = time.perf_counter()
-        losses = fine_tune(model, examples, steps=config.max_steps, batch_size=config.batch_size, lr=config.lr,
-                           min_lr=config.min_lr, warmup_steps=config.warmup_steps, seed=config.seed)
-        seconds = time.perf_counter() - start
-        model = merge_lora(model).cpu()
-    config = dataclasses.replace(config, device=device)
-    records = [{"step": step + 1, "train_loss": loss, "lr": cosine_lr_unchecked(
-        step, config.lr, config.min_lr, config.warmup_steps, config.max_steps)} for step, loss in enumerate(losses)]
-    base = os.fspath(Path(args.base).resolve()) if Path(args.base).exists() else args.base  # or a book model's name
-    run = {"format": RUN_FORMAT, "data": os.fspath(data.resolve()), "data_sha256": data_sha256,
-           "characters": characters, "finetune": {"base": base, "conversations": len(examples),
-                                                  "lora_r": args.lora_r, "lora_alpha": alpha,
-                                                  "init_special_tokens": args.init_special_tokens}}
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(out / TOKENIZER_FILE)
-        write_json(out / RUN_FILE, run)
-        (out / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        save_checkpoint(out / CHECKPOINT_FILE, model=model, optimizer=torch.optim.AdamW(model.parameters()),
-                        step=config.max_steps, model_config=model.config, train_config=config,
-                        generator=torch.Generator().manual_seed(config.seed),
-                        metrics={"losses": losses, "elapsed": seconds, "train_time": seconds})
-    except OSError as err:
-        raise CLIError(f"--out: cannot write the run into {out}: {_one_line(err)}") from None
-    last = sum(losses[-10:]) / len(losses[-10:])
-    print(f"step {config.max_steps}/{config.max_steps} on {len(examples)} conversations: train loss "
-          f"{losses[0]:.4f} -> {last:.4f} (mean of the last {len(losses[-10:])} steps); {out}/ holds "
-          f"{', '.join((CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE))}")
     return 0
