@@ -177,7 +177,7 @@ GPT_PRESETS: dict[str, dict] = {
         n_layer=4, n_head=4, n_embd=128, block_size=128, vocab_size=65, dropout=0.0, bias=False, activation="relu2",
         position="rope", qk_norm=True, tie_embeddings=False, zero_init=True, logit_softcap=15.0,
     ),
-    # the four sizes of the released GPT-2 weights: 124M, 350M, 774M and 1558M parameters
+    # the four sizes of the released GPT-2 weights: 124M, 355M, 774M and 1558M parameters
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, **_GPT2),
     "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, **_GPT2),
     "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, **_GPT2),

@@ -38,10 +38,11 @@ class GPT(CausalLM):
     self-attention -> final layer normalisation ``ln_f`` -> ``lm_head``, whose weight is the token
     embedding's (weight tying) -> logits (B, T, vocab_size).
 
-    Initialisation as GPT-2: the weights of every ``nn.Linear`` and ``nn.Embedding`` are drawn
+    Initialisation as nanoGPT's: the weights of every ``nn.Linear`` and ``nn.Embedding`` are drawn
     from N(0, 0.02^2), biases are zero, layer normalisations have gain 1 and bias 0, and the two
     projections that write into the residual stream in each block (``attn.out_proj`` and
-    ``mlp.fc2``) have standard deviation ``0.02 / sqrt(2 * n_layer)``. The configuration can
+    ``mlp.fc2``) have standard deviation ``0.02 / sqrt(2 * n_layer)``: the GPT-2 paper scales the
+    residual layers by 1/sqrt(N), N the number of residual layers, and nanoGPT takes N = 2 * n_layer. The configuration can
     replace the position embedding by rotary angles and untie the output layer.
 
     With ``config.qk_norm`` every attention normalises its queries and keys.
