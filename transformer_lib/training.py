@@ -168,6 +168,9 @@ def train(model: CausalLM, train_data: Tensor, val_data: Tensor, config: TrainCo
     """Train a language model (a GPT, a Llama) with gradient clipping and the optimizer and schedule of ``config``, resumable bit for bit.
 
     By default the optimizer is AdamW with a linear warm-up and a cosine decay over ``config.max_steps``.
+    A fresh run seeds from ``config.seed``; a resumed one takes everything from the checkpoint. The
+    loop's choices (``_make_optimizer``, ``_learning_rate``, ...) are small functions that a later
+    chapter can replace.
 
     Every ``eval_interval`` steps and at the end, :func:`estimate_loss` runs on both splits and, with
     ``out_dir``, ``{"step", "train_loss", "val_loss", "lr", "elapsed", "train_time", "precision", "setup_time"}``

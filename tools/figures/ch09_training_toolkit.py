@@ -1,4 +1,4 @@
-"""Chapter 9: the training loop and its checkpoint."""
+"""Chapter 9: the training loop and its checkpoint; data parallelism."""
 
 from kit import MUTED, arrow, box, canvas, line, text
 
@@ -44,4 +44,29 @@ def training_loop():
     return fig
 
 
-FIGURES = {"training_loop": training_loop}
+def ddp_allreduce():
+    fig, ax = canvas(16.0, 9.6)
+    cols, w = (0.6, 8.6), 6.8
+    # the global batch, drawn alike on every rank, and its slices
+    text(ax, 8.0, 9.2, "the global batch of W·B sequences, drawn by the same generator on every rank", size=8,
+         color=MUTED)
+    for label, x in zip(("slice 0: sequences 0 to B − 1", "slice W − 1: sequences (W − 1)·B to W·B − 1"), cols):
+        box(ax, x, 7.7, w, 0.9, label + "   (B, T)", "data", fontsize=8)
+    text(ax, 8.0, 8.15, "…", size=12)
+    for r, x in enumerate(cols):
+        cx = x + w / 2
+        text(ax, x + 0.1, 7.35, f"rank {r}" if r == 0 else "rank W − 1", ha="left", size=8, weight="bold")
+        arrow(ax, (cx, 7.7), (cx, 6.9))
+        box(ax, x, 5.7, w, 1.2, "a full copy of the model\nforward, loss, backward on its slice", "attn", fontsize=8)
+        arrow(ax, (cx, 5.7), (cx, 5.0))
+        box(ax, x + 1.4, 4.1, w - 2.8, 0.9, f"local gradient $g_{{{r if r == 0 else 'W-1'}}}$", "out", fontsize=8)
+        arrow(ax, (cx, 4.1), (cx, 3.45))
+        arrow(ax, (cx, 2.35), (cx, 1.75))
+        box(ax, x, 0.55, w, 1.2, "AdamW step with the same $\\bar g$\nthe copies stay identical", "mlp", fontsize=8)
+    box(ax, 0.6, 2.35, 14.8, 1.1, "all-reduce (during backward, bucket by bucket): every rank receives "
+        "$\\bar g = (g_0 + \\dots + g_{W-1})\\,/\\,W$", "cache", fontsize=8)
+    text(ax, 8.0, 0.2, "rank 0 alone evaluates and writes the checkpoint", size=7.5, color=MUTED)
+    return fig
+
+
+FIGURES = {"training_loop": training_loop, "ddp_allreduce": ddp_allreduce}
