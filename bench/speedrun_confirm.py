@@ -4,7 +4,8 @@ The sweep (``speedrun_sweep.py``) predicts the loss at equal time from fixed-ste
 prediction the way a user meets it: each configuration trains for the preset's time budget through ``train``
 (compiled before the clock starts), then is scored on the whole validation split. For every seed the
 configurations run one after the other, so that a slower or busier stretch of the machine falls on all of them
-alike; the comparison is then paired by seed. A configuration with an average of the weights (``ema_decay``) is
+alike, in an order that alternates from seed to seed (the first record ran the preset first for every seed, so
+there the order and the configuration cannot be told apart); the comparison is then paired by seed. A configuration with an average of the weights (``ema_decay``) is
 also scored with its last step's weights, from the same run: the pair differs in nothing else.
 
 Run it on an otherwise idle machine: two jobs on two cores do not share the time, they collapse it.
@@ -87,8 +88,8 @@ def main(argv=None) -> None:
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
               "budget": args.budget, "configs": CONFIGS, "runs": []}
     out = Path(args.out)
-    for seed in args.seeds:
-        for name in CONFIGS:
+    for k, seed in enumerate(args.seeds):
+        for name in list(CONFIGS)[:: 1 if k % 2 == 0 else -1]:  # alternate which configuration runs first
             # a process per run, so that no run inherits another's compiled code or caches
             proc = subprocess.run([sys.executable, __file__, "--budget", str(args.budget), "--out", args.out,
                                    "--one", json.dumps([name, seed])], capture_output=True, text=True, check=True)

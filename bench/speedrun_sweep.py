@@ -12,7 +12,8 @@ gives it. This script measures them separately.
    the machine; each is scored on the whole validation split, at its own context and at 128, and with
    exponential moving averages of its weights (``EMA_DECAYS``) in place of its last weights.
 
-The predicted loss at equal time is the learning run's score. The best configurations are then confirmed by
+The predicted loss at equal time is the learning run's score. Rows have one seed each, three for the rows the
+preset is chosen from. The best configurations are then confirmed by
 real time-budget runs (``train --preset speedrun --time-budget 100`` and ``evaluate``), which Chapter 21
 reports.
 
