@@ -64,7 +64,11 @@ def _check_dtype(where: str, dtype) -> torch.dtype | None:
 
 
 def _gate(logits: Tensor, k: int, norm: bool, dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
-    """:func:`top_k_gating` without the checks."""
+    """:func:`top_k_gating` without the checks.
+
+    As in Hugging Face's Qwen3-MoE and Mixtral: the logits in the model's dtype (a plain linear map),
+    the softmax in float32 or wider, and the chosen gates cast back to the logits' dtype.
+    """
     dtype = torch.promote_types(logits.dtype, torch.float32) if dtype is None else dtype
     probs = torch.softmax(logits, dim=-1, dtype=dtype)
     gates, experts = probs.topk(k, dim=-1)
