@@ -82,7 +82,9 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: Sequence[tuple[Exa
             :func:`~transformer_lib.sft.sft_example` with the same prompt.
         steps, batch_size: optimizer steps and pairs per step (each >= 1).
         beta: :func:`dpo_loss`'s beta (> 0). nll_weight: the weight of the SFT loss on the chosen (>= 0).
-        lr, min_lr, warmup_steps, grad_clip, seed: as :func:`~transformer_lib.sft.fine_tune`'s.
+        lr, min_lr, warmup_steps, grad_clip, seed: as :func:`~transformer_lib.sft.fine_tune`'s. There is
+            no weight decay (AdamW's is 0), so rows frozen by a gradient mask
+            (:func:`~transformer_lib.lora.train_token_rows`) stay put.
 
     Returns:
         One dict per step: ``loss`` (the total), ``dpo_loss``, ``chosen_reward`` and
