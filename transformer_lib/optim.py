@@ -332,8 +332,8 @@ def bfloat16_is_native(device: torch.device | str) -> bool:
     """Whether ``device`` multiplies bfloat16 matrices in hardware, as PyTorch detects it.
 
     A CUDA GPU: ``torch.cuda.is_bf16_supported(including_emulation=False)``; a CPU: AVX-512 BF16 or AMX
-    (Chapter 4's probe); anything else: False. Without it a bfloat16 product is emulated, and slower
-    than float32.
+    (:func:`~transformer_lib.multihead.cpu_has_bfloat16_matmul`); anything else: False. Without it a
+    bfloat16 product is emulated, and slower than float32.
     """
     device = torch.device(device)
     if device.type == "cuda":
