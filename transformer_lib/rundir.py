@@ -154,9 +154,11 @@ class StoredRun(NamedTuple):
 
     @property
     def complete(self) -> bool:
-        """Whether the run has taken its ``max_steps`` steps, or spent its time budget."""
-        c, t = self.checkpoint, self.train_config
-        return c["step"] == t.max_steps or (t.time_budget > 0 and c["metrics"].get("train_time", 0.0) >= t.time_budget)
+        """Whether the run is over, as its training loop decides (:func:`~transformer_lib.training._run_progress`)."""
+        from transformer_lib.training import _run_progress  # here, since training imports this module
+
+        c = self.checkpoint
+        return _run_progress(self.train_config, c["step"], (c["metrics"] or {}).get("train_time", 0.0)) >= 1.0
 
 
 def _check_weights(path: Path, weights, config: GPTConfig) -> None:
