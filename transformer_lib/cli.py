@@ -52,7 +52,7 @@ from transformer_lib.launch import on_signal, process_group, stop_on_signals
 from transformer_lib.rundir import (
     CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, TOKENIZER_FILE, StoredRun, check_run_dir, read_json, read_text, write_run,
 )
-from transformer_lib.training import _run_progress, train
+from transformer_lib.training import train
 
 #: The training preset (:data:`~transformer_lib.config.TRAIN_PRESETS`) that gives ``train`` its
 #: defaults: Chapter 10's CPU recipe.
@@ -253,13 +253,15 @@ def _differences(stored: dict, requested: dict, flags: dict | None = None) -> li
             for k in requested if stored.get(k) != requested[k]]
 
 
-def _extent(config: TrainConfig, step: int, metrics: dict) -> str:
-    """How far a run went; with a time budget, in seconds of training (and of set-up, when ``metrics`` has it)."""
+def _run_state(config: TrainConfig, step: int, metrics: dict) -> tuple[bool, str]:
+    """With a time budget a run is also over once its seconds of training reach it (the rule of
+    ``_run_progress``), and the report counts seconds (and the set-up, when ``metrics`` has it)."""
     if not config.time_budget:
-        return f"{step} of {config.max_steps} steps"
+        return step >= config.max_steps, f"{step} of {config.max_steps} steps"
+    train_time = metrics.get("train_time", 0.0)
     setup = f", after {metrics['setup_time']:.1f} s of set-up outside it" if "setup_time" in metrics else ""
-    return (f"{step} steps in the time budget of {config.time_budget:g} s "
-            f"({metrics.get('train_time', 0.0):.1f} s of training{setup})")
+    return (step >= config.max_steps or train_time >= config.time_budget,
+            f"{step} steps in the time budget of {config.time_budget:g} s ({train_time:.1f} s of training{setup})")
 
 
 def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str,
@@ -314,9 +316,10 @@ def train_command(args: argparse.Namespace) -> int:
         except OSError as err:
             raise CLIError(f"--out: {err}") from None
     tokenizer = CharTokenizer.from_text(text)
-    stored = None
+    done = False
     if args.resume:
         model_config, train_config, stored = _resumed_configs(args, out, tokenizer, data_sha256, device)
+        done, extent = _run_state(train_config, stored.checkpoint["step"], stored.checkpoint["metrics"] or {})
     else:
         model_config, train_config = _model_config(args, tokenizer.vocab_size), dataclasses.replace(train_config, device=device)
     need = 10 * (model_config.block_size + 1)
@@ -336,8 +339,7 @@ def train_command(args: argparse.Namespace) -> int:
         if dist.is_initialized():
             dist.barrier()  # every rank has checked DIR before rank 0 writes into it
         say = print if rank == 0 else (lambda *a, **k: None)
-        if stored is not None and stored.complete:
-            extent = _extent(train_config, stored.checkpoint["step"], stored.checkpoint["metrics"] or {})
+        if done:
             say(f"{args.command_prog}: the run in {out} is complete, {extent}; nothing to do")
             return 0
         if rank == 0 and not args.resume:
@@ -361,8 +363,7 @@ def train_command(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         steps = len(history)
         last = json.loads((out / METRICS_FILE).read_text(encoding="utf-8").splitlines()[-1]) if rank == 0 else {}
-        # A run that is over was evaluated after its last step; the loop's own rule says whether it is over.
-        over = last.get("step") == steps and _run_progress(train_config, steps, last["train_time"]) >= 1.0
+        over = last.get("step") == steps and _run_state(train_config, steps, last)[0]  # evaluated after its last step
         if dist.is_initialized():  # only rank 0 reads the metrics; every rank must return the same way
             flag = torch.tensor([float(over)], device=device)
             dist.broadcast(flag, src=0)
@@ -376,7 +377,7 @@ def train_command(args: argparse.Namespace) -> int:
             return 128 + signum if signum else EXIT_INTERRUPTED  # the shell's convention
         if rank == 0:
             files = ", ".join((CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE))
-            say(f"{_extent(train_config, steps, last)} in {last['precision']}: train loss {last['train_loss']:.4f}, "
+            say(f"{_run_state(train_config, steps, last)[1]} in {last['precision']}: train loss {last['train_loss']:.4f}, "
                 f"val loss {last['val_loss']:.4f} (estimates); {out}/ holds {files}")
     return 0
 

@@ -152,14 +152,6 @@ class StoredRun(NamedTuple):
     tokenizer: CharTokenizer  #: the run's tokenizer, with ``model_config.vocab_size`` characters
     run: dict | None  #: the content of ``RUN_FILE`` (read to resume), else None
 
-    @property
-    def complete(self) -> bool:
-        """Whether the run is over, as its training loop decides (:func:`~transformer_lib.training._run_progress`)."""
-        from transformer_lib.training import _run_progress  # here, since training imports this module
-
-        c = self.checkpoint
-        return _run_progress(self.train_config, c["step"], (c["metrics"] or {}).get("train_time", 0.0)) >= 1.0
-
 
 def _check_weights(path: Path, weights, config: GPTConfig) -> None:
     """``weights`` has exactly the names and shapes of ``GPT(config)``'s state dict, as floating-point tensors."""
