@@ -110,7 +110,7 @@ def test_writes_a_run_directory_with_the_losses(files):
     run = files / "run"
     assert sorted(p.name for p in run.iterdir()) == sorted([CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, TOKENIZER_FILE])
     stored = read_run(run)
-    assert stored.checkpoint["step"] == 3 and stored.train_config.max_steps == 3 and stored.complete
+    assert stored.checkpoint["step"] == 3 and stored.train_config.max_steps == 3
     assert stored.tokenizer.chars == tuple(VOCAB)
     records = [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]

@@ -46,7 +46,8 @@ PROG = "transformer_lib"
 EXIT_FAILURE = 1
 #: Exit status of a usage error (bad arguments), as argparse uses it.
 EXIT_USAGE = 2
-#: Exit status after an interruption by SIGINT: 128 + 2, the shell's convention.
+#: Exit status after an interruption by SIGINT (Ctrl-C): 128 + 2, the shell's convention. A run
+#: that another stop signal ends exits with 128 + that signal's number.
 EXIT_INTERRUPTED = 130
 #: Set this environment variable to 1 to print the traceback behind an error line.
 DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
@@ -54,8 +55,9 @@ DEBUG_ENV = "TRANSFORMER_LIB_DEBUG"
 INT64_MAX = 2**63 - 1
 #: The epilog of every command's help: the exit statuses and the debug variable.
 EPILOG = (f"Exit status: 0 done, {EXIT_FAILURE} the run failed (a missing or corrupt file, no such device, "
-          f"not enough memory), {EXIT_USAGE} bad arguments, {EXIT_INTERRUPTED} interrupted by Ctrl-C; errors are "
-          f"one line on stderr. {DEBUG_ENV}=1 prints the traceback behind an error.")
+          f"not enough memory), {EXIT_USAGE} bad arguments, {EXIT_INTERRUPTED} interrupted by Ctrl-C (128 + N: "
+          f"training stopped by signal N); errors are one line on stderr. {DEBUG_ENV}=1 prints the traceback "
+          f"behind an error.")
 
 
 class CLIError(Exception):

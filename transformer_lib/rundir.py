@@ -152,12 +152,6 @@ class StoredRun(NamedTuple):
     tokenizer: CharTokenizer  #: the run's tokenizer, with ``model_config.vocab_size`` characters
     run: dict | None  #: the content of ``RUN_FILE`` (read to resume), else None
 
-    @property
-    def complete(self) -> bool:
-        """Whether the run has taken its ``max_steps`` steps, or spent its time budget."""
-        c, t = self.checkpoint, self.train_config
-        return c["step"] == t.max_steps or (t.time_budget > 0 and c["metrics"].get("train_time", 0.0) >= t.time_budget)
-
 
 def _check_weights(path: Path, weights, config: GPTConfig) -> None:
     """``weights`` has exactly the names and shapes of ``GPT(config)``'s state dict, as floating-point tensors."""
