@@ -153,7 +153,9 @@ def fine_tune(model: nn.Module, examples: Sequence[Example], *, steps: int, batc
         batch_size: examples per step (>= 1).
         lr: peak learning rate (> 0); ``min_lr`` the final one (default ``lr / 10``).
         warmup_steps: in [0, steps).
-        weight_decay: AdamW's decoupled weight decay (>= 0), on every trained parameter.
+        weight_decay: AdamW's decoupled weight decay (>= 0), on every trained parameter, including
+            the rows of an embedding that a gradient mask keeps still (Chapter 23's
+            ``train_token_rows``): decay is not a gradient, so keep it 0 there.
         grad_clip: the largest gradient norm (> 0), or 0.
         seed: the seed of the batches.
 
