@@ -5,7 +5,6 @@ Every model is small, with random weights built offline by transformers; no test
 
 import json
 import os
-import types
 
 import pytest
 import torch
@@ -25,6 +24,7 @@ from transformer_lib.generation import KVCache
 from transformer_lib.llama import (
     GroupedQueryAttention,
     Llama,
+    hf_in_float64,
     hf_llama_key_map,
     llama_config_from_hf,
     load_hf_llama_state_dict,
@@ -57,24 +57,6 @@ def hf_model(kind, dtype=torch.float32, **extra):
     return model.to(dtype).eval()
 
 
-def in_float64(model, inv_freq):
-    """HF's RMSNorm and rotary embedding compute in float32 whatever the dtype; make them float64."""
-    def rms(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
-
-    def rope(self, x, position_ids):
-        a = position_ids[..., None].double() * inv_freq
-        a = torch.cat((a, a), -1)
-        return a.cos().to(x.dtype), a.sin().to(x.dtype)
-
-    for m in model.modules():
-        if type(m).__name__.endswith("RMSNorm"):
-            m.forward = types.MethodType(rms, m)
-        if type(m).__name__.endswith("RotaryEmbedding"):
-            m.forward = types.MethodType(rope, m)
-    return model
-
-
 CASES = [
     ("llama", {}),
     ("llama", dict(tie=True, attention_bias=True)),
@@ -102,7 +84,7 @@ def test_logits_equal_hf_float64(kind, extra):
     ours = Llama.from_hf(hf)
     assert ours.tok_emb.weight.dtype == torch.float64
     c = ours.config
-    in_float64(hf, rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling))
+    hf_in_float64(hf, rope_inv_freq(c.d_head, c.rope_theta, c.rope_scaling))
     with torch.no_grad():
         diff = (ours(IDS)[0] - hf(IDS).logits).abs().max().item()
     assert diff < 1e-12
@@ -345,3 +327,12 @@ def test_gqa_module_against_repeated_heads():
     y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     ref = attn.o_proj(y.transpose(1, 2).reshape(2, 6, 64))
     assert (attn(x, cos, sin)[0] - ref).abs().max().item() < 1e-13
+
+
+def test_hf_in_float64_refuses_what_it_cannot_patch():
+    with pytest.raises(TypeError, match="inv_freq must have dtype float64"):
+        hf_in_float64(hf_model("llama", torch.float64), rope_inv_freq(8, 10000.0).float())
+    with pytest.raises(ValueError, match="RMSNorm and RotaryEmbedding"):
+        hf_in_float64(torch.nn.Linear(2, 2), rope_inv_freq(8, 10000.0))
+    with pytest.raises(TypeError, match="nn.Module"):
+        hf_in_float64({"not": "a model"}, rope_inv_freq(8, 10000.0))

@@ -14,8 +14,10 @@ __all__ = [
     "llama_config_from_hf",
     "hf_llama_key_map",
     "load_hf_llama_state_dict",
+    "hf_in_float64",
 ]
 
+import types
 from collections.abc import Mapping
 
 import torch
@@ -23,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lib._checks import check_choice
+from transformer_lib._checks import check_choice, check_tensor
 from transformer_lib.attention import attention_weights
 from transformer_lib.block import RMSNorm, SwiGLU
 from transformer_lib.causal_lm import CausalLM
@@ -124,7 +126,7 @@ class GroupedQueryAttention(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    """One pre-norm block: ``x + attn(attn_norm(x))``, then ``+ mlp(mlp_norm(x))``.
+    """One pre-norm block: ``h = x + attn(attn_norm(x))``, then ``h + mlp(mlp_norm(h))``.
 
     Args:
         config: a validated :class:`LlamaConfig`.
@@ -406,3 +408,51 @@ def load_hf_llama_state_dict(model: "Llama", state_dict: Mapping[str, Tensor]) -
                     f"{where}: {theirs} has shape {tuple(given[theirs].shape)}, expected {tuple(ours[name].shape)} for {name}"
                 )
             ours[name].copy_(given[theirs])
+
+
+def hf_in_float64(model: nn.Module, inv_freq: Tensor) -> nn.Module:
+    """Make a Hugging Face model's RMSNorms and rotary embedding compute in float64, for comparisons.
+
+    ``transformers``' RMSNorm and rotary embedding of the Llama family cast to float32 whatever the
+    model's dtype, so a float64 model still rounds there. On ``model`` only, this replaces the
+    ``forward`` of every module whose class name ends in ``RMSNorm`` or ``RotaryEmbedding`` by the
+    same formula in the input's dtype, the angles ``position * inv_freq`` computed in float64 (RoPE
+    of the default and ``"llama3"`` types, whose attention scaling is 1). Used by the float64 checks
+    of Chapters 17 and 18 and by the tests; the library itself never imports ``transformers``.
+
+    Args:
+        model: a ``transformers`` model of the Llama family (``LlamaForCausalLM``,
+            ``Qwen3ForCausalLM``, ``Qwen3MoeForCausalLM``), in float64.
+        inv_freq: (head_dim // 2,) float64 frequencies, from
+            :func:`~transformer_lib.embeddings.rope_inv_freq` with the model's base and scaling.
+
+    Returns:
+        ``model``, patched in place.
+
+    Raises:
+        TypeError: if ``model`` is not an ``nn.Module`` or ``inv_freq`` not a 1-D float64 tensor.
+        ValueError: if ``model`` has no RMSNorm or no rotary embedding to patch.
+    """
+    where = "hf_in_float64"
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{where}: model must be a transformers model (an nn.Module), got {type(model).__name__}")
+    inv_freq = check_tensor(where, "inv_freq", inv_freq, ndim=1, dtype=torch.float64)
+
+    def rms_forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    def rope_forward(self, x, position_ids):
+        angles = position_ids[..., None].double() * inv_freq.to(position_ids.device)
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+    patched = {"RMSNorm": 0, "RotaryEmbedding": 0}
+    for m in model.modules():
+        for suffix, forward in (("RMSNorm", rms_forward), ("RotaryEmbedding", rope_forward)):
+            if type(m).__name__.endswith(suffix):
+                m.forward = types.MethodType(forward, m)
+                patched[suffix] += 1
+    if not all(patched.values()):
+        raise ValueError(f"{where}: model must have RMSNorm and RotaryEmbedding modules to patch, found {patched} "
+                         f"in a {type(model).__name__}")
+    return model

@@ -222,6 +222,13 @@ def load_tokenizer_json(path: str | os.PathLike) -> ByteBPETokenizer:
     is neither a byte nor a merge result) become special tokens. ``encode(text, allowed_special="all")``
     then gives the ids of ``tokenizers``' ``encode(text, add_special_tokens=False)``.
 
+    The pre-tokenisation becomes the one regular expression the tokenizer splits with: GPT-2's for a
+    plain ``ByteLevel``; :data:`DIGITS_SPLIT_PATTERN` for ``Digits(individual_digits=True)`` then
+    ``ByteLevel`` (SmolLM2's), which is GPT-2's with `` ?\\p{N}+`` replaced by ``\\p{N}`` (one digit, never
+    with the space before it) and a run of spaces ending before a digit as at the end of the text;
+    the pattern of an isolating regex ``Split`` (Llama 3's, Qwen's) as given. Anything else is
+    refused by name.
+
     Args:
         path: the ``tokenizer.json`` file.
 
