@@ -109,7 +109,7 @@ def test_checkpoints_are_the_four_gpt2_presets():
         assert re.fullmatch(r"[0-9a-f]{40}", pin.revision)
         assert pin.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", pin.sha256)
     assert PINNED_FILES[GPT2_CHECKPOINTS["gpt2-medium"]].sha256 and PINNED_FILES[GPT2_CHECKPOINTS["gpt2-xl"]].sha256
-    assert PINNED_FILES[GPT2_CHECKPOINTS["gpt2-large"]].sha256 is None  # not pinned yet: refused, see below
+    assert PINNED_FILES[GPT2_CHECKPOINTS["gpt2-large"]].sha256 is None  # not pinned: needs sha256=, see below
 
 
 @pytest.mark.parametrize("n_layer", [1, 3])
@@ -407,10 +407,27 @@ def test_load_gpt2_weights_offline_override_without_the_file(tmp_path, monkeypat
 def test_load_gpt2_weights_name_errors(tmp_path):
     with pytest.raises(ValueError, match=r"load_gpt2_weights: name must be one of 'gpt2', 'gpt2-medium'.*got name='gpt3'"):
         load_gpt2_weights("gpt3")
-    with pytest.raises(ValueError, match=r"load_gpt2_weights: no SHA-256 digest .*gpt2-large.* is pinned yet"):
+    unpinned = (r"load_gpt2_weights: the book pins no SHA-256 digest for name='gpt2-large' "
+                r"\(only for 'gpt2', 'gpt2-medium', 'gpt2-xl'\).*pass sha256=.*openai-community/gpt2-large/resolve/")
+    with pytest.raises(ValueError, match=unpinned):
         load_gpt2_weights("gpt2-large", path=tmp_path)
-    with pytest.raises(ValueError, match="is pinned yet"):
+    with pytest.raises(ValueError, match=unpinned):
         GPT.from_pretrained("gpt2-large")
+    with pytest.raises(ValueError, match=r"sha256='0+' differs from the digest pinned for name='gpt2'"):
+        load_gpt2_weights("gpt2", path=tmp_path, sha256="0" * 64)
+    with pytest.raises(TypeError, match="load_gpt2_weights: sha256 must be a str or None, got int"):
+        load_gpt2_weights("gpt2-large", path=tmp_path, sha256=1)
+
+
+def test_load_gpt2_weights_unpinned_size_verified_against_the_callers_digest(tmp_path, hf_sd):
+    file = tmp_path / GPT2_CHECKPOINTS["gpt2-large"]
+    safetensors.torch.save_file(hub_layout(hf_sd), str(file))
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    loaded = load_gpt2_weights("gpt2-large", path=tmp_path, sha256=digest.upper())
+    assert set(loaded) == set(hub_layout(hf_sd)) and torch.equal(loaded["wte.weight"], hf_sd["transformer.wte.weight"])
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_gpt2_weights("gpt2-large", path=file, sha256="0" * 64)
+    assert PINNED_FILES[GPT2_CHECKPOINTS["gpt2-large"]].sha256 is None    # the caller's digest pinned nothing
 
 
 def test_module_imports_the_config_not_the_model_and_not_transformers():

@@ -196,7 +196,8 @@ class GPT(CausalLM):
         names a GPT-2 checkpoint, ``"gpt2"``, ``"gpt2-medium"``, ``"gpt2-large"`` or ``"gpt2-xl"``: its
         shape is the preset of that name (:meth:`~transformer_lib.config.GPTConfig.from_preset`), its
         weights come from :func:`~transformer_lib.gpt2.load_gpt2_weights` (a pinned revision, verified
-        by SHA-256, cached; ``$TRANSFORMER_LIB_DATA`` offline).
+        by SHA-256, cached; ``$TRANSFORMER_LIB_DATA`` offline). No digest is pinned for ``"gpt2-large"``:
+        load it with ``load_gpt2_weights("gpt2-large", sha256=...)`` and :meth:`from_hf`.
 
         Args:
             name_or_dir: a GPT-2 checkpoint name or a directory written by ``save_pretrained``.
@@ -208,6 +209,7 @@ class GPT(CausalLM):
 
         Raises:
             FileNotFoundError: if ``name_or_dir`` is neither a checkpoint name nor a directory.
+            ValueError: for ``"gpt2-large"``, whose digest is not pinned, or a file with the wrong digest.
             ConnectionError: if the GPT-2 weights must be downloaded and the download fails; the
                 other errors as ``CausalLM.from_pretrained``.
         """

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from transformer_lib._checks import check_choice, check_int
 from transformer_lib.config import GPTConfig
-from transformer_lib.hub import PINNED_FILES, fetch_pinned
+from transformer_lib.hub import PINNED_FILES, fetch, fetch_pinned
 
 #: The four released GPT-2 sizes, by the name of their preset in ``GPT_PRESETS``: the key of the file of
 #: their weights in :data:`~transformer_lib.hub.PINNED_FILES`, which is also the name of its local copy.
@@ -269,37 +269,52 @@ def gpt2_config_from_hf(hf_config) -> GPTConfig:
     )
 
 
-def load_gpt2_weights(name: str = "gpt2", path: str | os.PathLike | None = None) -> dict[str, Tensor]:
+def load_gpt2_weights(
+    name: str = "gpt2", path: str | os.PathLike | None = None, *, sha256: str | None = None,
+) -> dict[str, Tensor]:
     """The weights of a GPT-2 released by OpenAI, from the Hugging Face Hub, verified by checksum.
 
     The file is found by :func:`~transformer_lib.hub.fetch_pinned` under the local name of
     ``GPT2_CHECKPOINTS[name]`` (``"gpt2-124M.safetensors"`` for ``"gpt2"``): ``path``, else
     ``$TRANSFORMER_LIB_DATA``, else the cache, else a download (548 MB for ``"gpt2"``, without a
     progress bar) of the ``model.safetensors`` of the pinned revision. Its SHA-256 digest must be
-    the pinned one. ``GPT.from_pretrained(name)`` loads the result into a model; by hand, pass it to
+    the pinned one. The book pins the digests of ``"gpt2"``, ``"gpt2-medium"`` and ``"gpt2-xl"``;
+    for ``"gpt2-large"`` it pins the revision only, and the caller supplies the digest as ``sha256``.
+    ``GPT.from_pretrained(name)`` loads the result into a model; by hand, pass it to
     :meth:`~transformer_lib.gpt.GPT.from_hf` with ``GPTConfig.from_preset(name)``.
 
     Args:
         name: ``"gpt2"``, ``"gpt2-medium"``, ``"gpt2-large"`` or ``"gpt2-xl"``.
         path: an explicit local copy: the file itself (under any name), or a directory holding it
             under its local name.
+        sha256: the digest to verify against where none is pinned (``"gpt2-large"``): the SHA-256
+            the Hub shows for ``model.safetensors`` at the pinned revision (``PINNED_FILES[key].url``).
+            For a pinned size it may be given only if it equals the pinned digest.
 
     Returns:
         Name -> float32 CPU tensor, named as in ``GPT2Model`` (without the ``"transformer."``
         prefix), including the causal-mask buffers ``h.<i>.attn.bias``.
 
     Raises:
-        ValueError: if ``name`` is not one of the four, no digest is pinned for it yet, or the
-            file's digest differs from the pinned one.
+        ValueError: if ``name`` is not one of the four, no digest is pinned for it and ``sha256``
+            is not given, ``sha256`` contradicts the pinned digest, or the file's digest differs.
         FileNotFoundError: if ``path`` or ``$TRANSFORMER_LIB_DATA`` is set but the file is not there.
         ConnectionError: if the download fails (for example offline).
     """
     where = "load_gpt2_weights"
     key = GPT2_CHECKPOINTS[check_choice(where, "name", name, GPT2_CHECKPOINTS)]
-    if PINNED_FILES[key].sha256 is None:
+    pin = PINNED_FILES[key]
+    if sha256 is not None and not isinstance(sha256, str):
+        raise TypeError(f"{where}: sha256 must be a str or None, got {type(sha256).__name__}")
+    if pin.sha256 is None and sha256 is None:
+        pinned = ", ".join(repr(n) for n, k in GPT2_CHECKPOINTS.items() if PINNED_FILES[k].sha256)
         raise ValueError(
-            f"{where}: no SHA-256 digest of {PINNED_FILES[key].url} is pinned yet, so name={name!r} "
-            "cannot be loaded verified; its shape is GPTConfig.from_preset(name), and a transformers "
-            "GPT2LMHeadModel loads with GPT.from_hf(model)"
+            f"{where}: the book pins no SHA-256 digest for name={name!r} (only for {pinned}), so it cannot "
+            f"verify the file; pass sha256= the digest the Hub shows for {pin.url}, then load the weights "
+            "with GPT.from_hf(weights, GPTConfig.from_preset(name))"
         )
+    if pin.sha256 is None:                       # verified against the caller's digest instead of a pinned one
+        return safetensors.torch.load_file(fetch(key, pin.url, sha256.lower(), path=path))
+    if sha256 is not None and sha256.lower() != pin.sha256:
+        raise ValueError(f"{where}: sha256={sha256!r} differs from the digest pinned for name={name!r}, {pin.sha256}")
     return safetensors.torch.load_file(fetch_pinned(key, path=path))

@@ -279,7 +279,7 @@ PINNED_FILES.update({  # the four released GPT-2 sizes: one model.safetensors ea
         hf_url("openai-community/gpt2-medium", "6dcaa7a952f72f9298047fd5137cd6e4f05f41da", "model.safetensors"),
         "fc5a354a19255ad494f3d71549390baca1ccf61d1d822b9408971705c687c9cd",
     ),
-    "gpt2-large-774M.safetensors": PinnedFile(  # the digest of this revision's file is not pinned yet
+    "gpt2-large-774M.safetensors": PinnedFile(  # no digest from a source the book trusts: see load_gpt2_weights
         hf_url("openai-community/gpt2-large", "32b71b12589c2f8d625668d2335a01cac3249519", "model.safetensors"),
         None,
     ),
