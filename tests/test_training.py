@@ -738,6 +738,44 @@ def test_a_failed_compilation_warns_and_trains_eagerly(tmp_path, monkeypatch):
     assert [h["loss"] for h in history] == [h["loss"] for h in eager_history]  # the same eager run, bit for bit
 
 
+def test_a_failed_compilation_names_the_compiler_error_not_its_wrapper(monkeypatch):
+    # torch.compile wraps a backend's error in BackendCompilerFailed, whose message opens with the line
+    # "backend='...' raised:"; the warning must name the error underneath (its type and first non-empty line).
+    from transformer_lib.training import _training_net
+
+    def failing_backend(graph_module, example_inputs):
+        raise OSError("\n  g++ was killed by signal 9\nmore detail")
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: real(module, backend=failing_backend))
+    torch.manual_seed(0)
+    model = GPT(TINY)
+    with pytest.warns(RuntimeWarning) as caught:
+        net = _training_net(model, DATA, small_config(compile=True), "float32", 1)
+    assert net is model  # trains uncompiled
+    (message,) = [str(w.message) for w in caught if "torch.compile failed" in str(w.message)]
+    assert message == "train: torch.compile failed, training without it (OSError: g++ was killed by signal 9)", message
+
+
+def test_root_cause_follows_inner_exceptions_and_causes():
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from transformer_lib.training import _root_cause
+
+    compiler_error = RuntimeError("C++ compile error\n\nCommand: g++ ...")
+    wrapped = BackendCompilerFailed(lambda: None, compiler_error, None)
+    assert str(wrapped).splitlines()[0].endswith("raised:")
+    assert _root_cause(wrapped) == "RuntimeError: C++ compile error"
+    try:
+        try:
+            raise KeyError("missing")
+        except KeyError as err:
+            raise ValueError("outer") from err
+    except ValueError as err:
+        assert _root_cause(err) == "KeyError: 'missing'"
+    assert _root_cause(RuntimeError("")) == "RuntimeError"
+
+
 @pytest.mark.parametrize("bfloat16_matmul", [False, True], ids=["fused kernel", "two matmuls"])
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_the_speedrun_model_compiles_into_one_graph(precision, bfloat16_matmul, monkeypatch):

@@ -98,7 +98,8 @@ def _add_train_flags(p: argparse.ArgumentParser) -> None:
                    help="train for this many seconds (evaluations not counted) and stop with a checkpoint; the "
                         "learning-rate schedule follows the fraction of the budget spent (default: none; "
                         f"{TrainConfig.from_preset('speedrun').time_budget:g} with --preset speedrun, whose runs "
-                        "the budget ends rather than --max-steps)")
+                        "the budget ends rather than --max-steps); a budgeted run depends on the machine's speed, "
+                        "so --resume does not continue it bit for bit")
     p.description += " --preset speedrun trains Chapter 21's recipe (Muon, RoPE, QK-norm) for its time budget."
 
 

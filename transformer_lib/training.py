@@ -402,8 +402,8 @@ def _training_net(model: CausalLM, train_data: Tensor, config: TrainConfig, prec
                 loss = compiled(x, y)[1]
             loss.backward()
     except Exception as err:  # no C++ compiler, a platform Inductor does not support, ...
-        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-        warnings.warn(f"train: torch.compile failed, training without it ({reason})", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"train: torch.compile failed, training without it ({_root_cause(err)})", RuntimeWarning,
+                      stacklevel=2)
         return net
     finally:
         for p, g in zip(params, grads):
@@ -495,6 +495,22 @@ def faster_precision(times: dict[str, float]) -> str:
     """``"bfloat16"`` if ``times`` (from :func:`time_precisions`) has it at most ``BFLOAT16_SPEEDUP`` of
     float32's time, else ``"float32"``."""
     return "bfloat16" if times.get("bfloat16", math.inf) <= BFLOAT16_SPEEDUP * times["float32"] else "float32"
+
+
+def _root_cause(err: BaseException) -> str:
+    """``"Type: first non-empty line"`` of the exception at the root of ``err``: the compiler's own error, which
+    ``torch.compile``'s ``BackendCompilerFailed`` keeps in ``inner_exception`` (its own message begins
+    ``backend='inductor' raised:``), or else the end of the ``__cause__`` chain."""
+    seen = {id(err)}
+    while True:
+        inner = getattr(err, "inner_exception", None)
+        inner = inner if isinstance(inner, BaseException) else err.__cause__
+        if inner is None or id(inner) in seen:
+            break
+        err = inner
+        seen.add(id(err))
+    line = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {line}" if line else type(err).__name__
 
 
 def track_ema(optimizer: torch.optim.Optimizer, decay: float) -> torch.optim.Optimizer:
