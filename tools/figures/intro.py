@@ -10,8 +10,9 @@ sys.path.insert(0, str(HERE))
 
 from kit import COLORS, MUTED, arrow, box, canvas, text  # noqa: E402
 
-#: What each chapter says it needs, in the "You need ..." sentence of its opening paragraph
-#: (Chapter 8: "Chapters 2 to 6"; Chapter 15 works on Chapter 10's model).
+#: What each chapter says it needs in its opening paragraph, mostly in a "You need ..." sentence
+#: (Chapter 8: "Chapters 2 to 6"; Chapter 15 works on Chapter 10's model; Chapter 18 builds on
+#: Chapter 5's feed-forward network and Chapter 17's `Llama`; Chapter 16's 1 is implied through 9).
 NEEDS = {
     2: [1], 3: [1, 2], 4: [2], 5: [2, 4], 6: [3, 5], 7: [1, 6], 8: [2, 3, 4, 5, 6], 9: [1, 6],
     10: [1, 6, 9], 11: [3, 4, 5, 6, 9], 12: [6, 10], 13: [1, 7], 14: [4, 6, 10], 15: [6, 10],
