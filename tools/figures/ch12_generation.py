@@ -92,7 +92,8 @@ def kv_cache():
     box(ax, x + 3.7, 1.1, 2.6, 0.8, "softmax(q Kᵀ/√d_k) V\none output row", "attn", fontsize=7.5)
     box(ax, x - 0.2, 4.3, 6.6, 1.6,
         "prefill: all prompt tokens in one pass, matrix × matrix\n(limited by arithmetic)\n"
-        "decode: 1 token per pass, each weight read for 2 FLOPs\n(limited by memory)", "plain", fontsize=7.5)
+        "decode: 1 token per pass, each weight read for 2 FLOPs\n(limited by memory on large models,\nby per-operation overhead on small ones)",
+        "plain", fontsize=7.5)
     box(ax, x + 0.2, 3.7, 0.35, 0.3, "", color=NEW, kind="attn")
     text(ax, x + 0.7, 3.85, "computed at this step", ha="left", size=7.5)
     box(ax, x + 3.4, 3.7, 0.35, 0.3, "", kind="cache")
