@@ -25,4 +25,24 @@ def safetensors_layout():
     return fig
 
 
-FIGURES = {"safetensors_layout": safetensors_layout}
+def onnx_export():
+    fig, ax = canvas(18.0, 3.2)
+    stages = [("GPT", "PyTorch module\n(Python code)", "embed"),
+              ("torch.export", "FX graph of tensor ops;\nbatch, seq symbolic", "norm"),
+              ("ONNX translation", "standard operators\n(opset 18+), optimised", "mlp"),
+              ("model.onnx", "protobuf: graph + weights\n+ model.onnx.sha256", "cache"),
+              ("ONNX Runtime", "OnnxGPT checks the hash;\nlogits (batch, seq, V)", "out")]
+    steps = ["trace on\nsymbolic sizes", "one op to\nONNX ops", "write", "load, run\nno Python"]
+    w, gap, x0, y0, h = 2.9, 0.6, 0.3, 0.9, 2.0
+    for i, (name, detail, kind) in enumerate(stages):
+        x = x0 + i * (w + gap)
+        box(ax, x, y0, w, h, "", kind)
+        text(ax, x + w / 2, y0 + h - 0.45, name, size=8.5, weight="bold")
+        text(ax, x + w / 2, y0 + 0.75, detail, size=7.2)
+        if i < len(steps):
+            arrow(ax, (x + w + 0.05, y0 + h / 2), (x + w + gap - 0.05, y0 + h / 2))
+            text(ax, x + w + gap / 2, y0 - 0.4, steps[i], size=6.8, color=MUTED)
+    return fig
+
+
+FIGURES = {"safetensors_layout": safetensors_layout, "onnx_export": onnx_export}
