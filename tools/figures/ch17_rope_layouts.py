@@ -47,7 +47,7 @@ def rope_layouts():
     text(ax, 0.3, top - 0.25, "Chapter 3's apply_rope, the RoPE\npaper, Meta's original weights",
          size=8, color=MUTED, ha="left")
     text(ax, 0.3, bottom + 0.55, "rotate-half: pairs (i, i + d/2)", size=9, weight="bold", ha="left")
-    text(ax, 0.3, bottom - 0.25, "apply_rope_half, every\nHugging Face checkpoint", size=8, color=MUTED, ha="left")
+    text(ax, 0.3, bottom - 0.25, "apply_rope_half, Hugging\nFace's Llama format", size=8, color=MUTED, ha="left")
     text(ax, 0.3, (top + bottom + H) / 2, "P = (0, 2, 4, 6, 1, 3, 5, 7):\npermute each head's rows\n"
          "of $W_q$ and $W_k$ by P: slot s of\nthe lower row holds $x_{P(s)}$", size=8.5, color=INK, ha="left")
     return fig
