@@ -256,5 +256,21 @@ def test_fetch_pinned_uses_the_key_as_the_local_path(isolated, monkeypatch):
     with pytest.raises(ValueError, match="fetch_pinned: key must be one of"):
         fetch_pinned("models/toy/other.txt")
     monkeypatch.setitem(PINNED_FILES, "unpinned.bin", PinnedFile(URL, None))
-    with pytest.raises(ValueError, match="fetch_pinned: no SHA-256 digest of 'unpinned.bin'"):
+    with pytest.raises(ValueError, match="fetch_pinned: no SHA-256 digest of 'unpinned.bin'.*pass sha256="):
         fetch_pinned("unpinned.bin")
+
+
+def test_fetch_pinned_verifies_an_unpinned_file_against_the_callers_digest(isolated, monkeypatch):
+    digest = hashlib.sha256(CONTENT).hexdigest()
+    monkeypatch.setitem(PINNED_FILES, "unpinned.bin", PinnedFile(URL, None))
+    monkeypatch.setitem(PINNED_FILES, "pinned.bin", PinnedFile(URL, digest))
+    _serve(monkeypatch, CONTENT, [])
+    assert fetch_pinned("unpinned.bin", sha256=digest.upper()).read_bytes() == CONTENT
+    assert PINNED_FILES["unpinned.bin"].sha256 is None  # the caller's digest pins nothing
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        fetch_pinned("unpinned.bin", path=cache_dir() / "unpinned.bin", sha256="0" * 64)
+    assert fetch_pinned("pinned.bin", sha256=digest) == cache_dir() / "pinned.bin"
+    with pytest.raises(ValueError, match="fetch_pinned: sha256='0+' differs from the digest pinned for 'pinned.bin'"):
+        fetch_pinned("pinned.bin", sha256="0" * 64)
+    with pytest.raises(TypeError, match="fetch_pinned: sha256 must be a str or None, got int"):
+        fetch_pinned("unpinned.bin", sha256=1)

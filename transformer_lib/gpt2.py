@@ -24,7 +24,7 @@ from torch import Tensor
 
 from transformer_lib._checks import check_choice, check_int
 from transformer_lib.config import GPTConfig
-from transformer_lib.hub import PINNED_FILES, fetch, fetch_pinned
+from transformer_lib.hub import PINNED_FILES, fetch_pinned
 
 #: The four released GPT-2 sizes, by the name of their preset in ``GPT_PRESETS``: the key of the file of
 #: their weights in :data:`~transformer_lib.hub.PINNED_FILES`, which is also the name of its local copy.
@@ -313,8 +313,6 @@ def load_gpt2_weights(
             f"verify the file; pass sha256= the digest the Hub shows for {pin.url}, then load the weights "
             "with GPT.from_hf(weights, GPTConfig.from_preset(name))"
         )
-    if pin.sha256 is None:                       # verified against the caller's digest instead of a pinned one
-        return safetensors.torch.load_file(fetch(key, pin.url, sha256.lower(), path=path))
-    if sha256 is not None and sha256.lower() != pin.sha256:
+    if pin.sha256 is not None and sha256 is not None and sha256.lower() != pin.sha256:
         raise ValueError(f"{where}: sha256={sha256!r} differs from the digest pinned for name={name!r}, {pin.sha256}")
-    return safetensors.torch.load_file(fetch_pinned(key, path=path))
+    return safetensors.torch.load_file(fetch_pinned(key, path=path, sha256=sha256))

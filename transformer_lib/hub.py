@@ -245,26 +245,34 @@ def hf_url(repo: str, revision: str, filename: str) -> str:
     return f"https://huggingface.co/{repo}/resolve/{revision}/{filename}"
 
 
-def fetch_pinned(key: str, *, path: str | os.PathLike | None = None) -> pathlib.Path:
+def fetch_pinned(key: str, *, path: str | os.PathLike | None = None, sha256: str | None = None) -> pathlib.Path:
     """A local, verified copy of the file ``PINNED_FILES[key]``, found or downloaded by :func:`fetch`.
 
     Args:
         key: a key of ``PINNED_FILES``, the file's path under the cache, e.g. ``"tinyshakespeare.txt"``.
         path: an explicit local copy: the file itself (under any name), or a directory holding it
             under its file name.
+        sha256: for a file whose digest the table does not pin, the digest to verify it against (one
+            the caller trusts); for a pinned file, if given, it must be the pinned digest.
 
     Returns:
         The path of the verified local file.
 
     Raises:
-        ValueError: if ``key`` is not in the table or has no digest pinned yet; otherwise as :func:`fetch`.
+        ValueError: if ``key`` is not in the table, has no digest pinned and ``sha256`` is not given, or
+            ``sha256`` contradicts the pinned digest; otherwise as :func:`fetch`.
     """
-    pin = PINNED_FILES[check_choice("fetch_pinned", "key", key, PINNED_FILES)]
-    if pin.sha256 is None:
-        raise ValueError(f"fetch_pinned: no SHA-256 digest of {key!r} ({pin.url}) is pinned yet, so it "
-                         "cannot be fetched verified")
+    where = "fetch_pinned"
+    pin = PINNED_FILES[check_choice(where, "key", key, PINNED_FILES)]
+    if sha256 is not None and not isinstance(sha256, str):
+        raise TypeError(f"{where}: sha256 must be a str or None, got {type(sha256).__name__}")
+    if pin.sha256 is None and sha256 is None:
+        raise ValueError(f"{where}: no SHA-256 digest of {key!r} ({pin.url}) is pinned yet, so it cannot be "
+                         "fetched verified; pass sha256= a digest you trust")
+    if pin.sha256 is not None and sha256 is not None and sha256.lower() != pin.sha256:
+        raise ValueError(f"{where}: sha256={sha256!r} differs from the digest pinned for {key!r}, {pin.sha256}")
     subdir, _, filename = key.rpartition("/")
-    return fetch(filename, pin.url, pin.sha256, path=path, subdir=subdir or None)
+    return fetch(filename, pin.url, pin.sha256 or sha256.lower(), path=path, subdir=subdir or None)
 
 
 #: The commit of ``openai-community/gpt2`` on the Hugging Face Hub whose files the book pins (the weights
