@@ -26,14 +26,20 @@ def pytest_runtest_setup(item):
         yield
         return
     ours = {} if KERNELS_ENV in os.environ else {KERNELS_ENV: CHAPTER_KERNELS}
-    if INDUCTOR_CACHE_ENV not in os.environ:
+    # Only a cache folder the user set before the run is kept: torch.compile in this process (a unit test)
+    # sets TORCHINDUCTOR_CACHE_DIR to its default folder for its workers, which would send the chapters there.
+    if _state.get("user_inductor") is None:
         ours[INDUCTOR_CACHE_ENV] = inductor_cache_dir(ours.get(KERNELS_ENV, os.environ.get(KERNELS_ENV)))
+    before = {name: os.environ.get(name) for name in ours}
     os.environ.update(ours)
     try:
         yield
     finally:
-        for name in ours:
-            del os.environ[name]  # the kernel has started; nothing else sees the variable
+        for name, value in before.items():  # the kernel has started; the process gets its variables back
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 # torch.compile's C++ kernels follow ATEN_CPU_CAPABILITY (scalar code under "default"), but PyTorch 2.13's
@@ -74,6 +80,7 @@ def pytest_configure(config):
     """Note, before any kernel starts, whether this run's outputs may stand for the website's."""
     _state["user_kernels"] = KERNELS_ENV in os.environ
     _state["user_seed"] = SEED_ENV in os.environ
+    _state["user_inductor"] = os.environ.get(INDUCTOR_CACHE_ENV)
 
 
 def website_cache_path(root=ROOT):

@@ -228,3 +228,18 @@ def test_a_chapter_kernel_gets_a_compile_cache_of_its_kernel_set(monkeypatch, pr
         next(hook)
     assert plugin.INDUCTOR_CACHE_ENV not in os.environ and os.environ.get(plugin.KERNELS_ENV) == preset
     assert len({plugin.inductor_cache_dir(k) for k in ("default", "avx2", "avx512")}) == 3
+
+
+def test_a_compile_in_the_test_process_does_not_send_chapters_to_its_cache(monkeypatch):
+    # torch.compile in the pytest process (a unit test) sets TORCHINDUCTOR_CACHE_DIR to its default folder; a
+    # chapter run later in the session must still get its kernel set's folder (in CI it got the default one,
+    # found vectorised code compiled there on the CPU's own kernels, and failed to compile under "default").
+    monkeypatch.setitem(plugin._state, "user_inductor", None)
+    monkeypatch.delenv(plugin.KERNELS_ENV, raising=False)
+    monkeypatch.setenv(plugin.INDUCTOR_CACHE_ENV, "/tmp/torchinductor_default_of_this_process")
+    hook = plugin.pytest_runtest_setup(type("Item", (), {"path": Path("book/01_x.ipynb")})())
+    next(hook)
+    assert os.environ[plugin.INDUCTOR_CACHE_ENV] == plugin.inductor_cache_dir(plugin.CHAPTER_KERNELS)
+    with pytest.raises(StopIteration):
+        next(hook)
+    assert os.environ[plugin.INDUCTOR_CACHE_ENV] == "/tmp/torchinductor_default_of_this_process"
