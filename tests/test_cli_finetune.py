@@ -414,3 +414,17 @@ def test_a_run_of_finetune_is_not_changed_by_a_refused_finetune_into_it(files, t
     status, _, err = run_main(capsys, "finetune", files / "base", files / "chats.jsonl", "--out", run, *FAST)
     _assert_one_line_error(status, err, "--out", expected=EXIT_USAGE)
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_train_resume_refuses_a_run_of_finetune_naming_the_reason(files, tmp_path, capsys):
+    """A run of finetune keeps no optimizer state: ``train --resume`` says so (not a tokenizer mismatch), and
+    changes nothing."""
+    run = tmp_path / "run"
+    shutil.copytree(files / "run", run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    status, _, err = run_main(capsys, "train", "--data", files / "chats.jsonl", "--out", run, "--resume",
+                              "--no-progress", "--device", "cpu")
+    _assert_one_line_error(status, err, "--resume", "run of finetune", "no optimizer state", "as BASE",
+                           expected=EXIT_USAGE)
+    assert "tokenizer" not in err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before

@@ -270,6 +270,9 @@ def _resumed_configs(args, out: Path, tokenizer: CharTokenizer, data_sha256: str
     """Validate DIR against the command line; return the stored configs (on ``device``) and the stored run."""
     stored = stored_run(out, "--resume", resume=True)
     checkpoint, model_config, train_config, run = stored.checkpoint, stored.model_config, stored.train_config, stored.run
+    if "finetune" in run:  # a run of the appendix's finetune: its ckpt.pt holds the weights, no optimizer state
+        raise UsageError(f"--resume: {out} is a run of finetune, which keeps no optimizer state and cannot be "
+                         f"resumed; fine-tune again with {out} as BASE")
     if run.get("data_sha256") != data_sha256:
         raise UsageError(f"--resume: --data {args.data} is not the text the run in {out} was trained on "
                          f"({run.get('data')}, sha256 {str(run.get('data_sha256'))[:12]}...)")

@@ -278,7 +278,8 @@ def finetune_command(args: argparse.Namespace) -> int:
     except OSError as err:
         raise CLIError(f"--out: cannot write the run into {out}: {one_line(err)}") from None
     last = sum(losses[-10:]) / len(losses[-10:])
-    print(f"step {config.max_steps}/{config.max_steps} on {len(examples)} conversations: train loss "
+    plural = "s" * (len(examples) != 1)
+    print(f"step {config.max_steps}/{config.max_steps} on {len(examples)} conversation{plural}: train loss "
           f"{losses[0]:.4f} -> {last:.4f} (mean of the last {len(losses[-10:])} steps); {out}/ holds "
           f"{', '.join((CHECKPOINT_FILE, METRICS_FILE, TOKENIZER_FILE, RUN_FILE))}")
     return 0
