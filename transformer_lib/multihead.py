@@ -3,7 +3,9 @@
 """Multi-head attention: :func:`split_heads`, :func:`merge_heads` and :class:`MultiHeadAttention`
 (self- and cross-attention, masks, rotary positions).
 
-On a CPU with bfloat16 matrix instructions, bfloat16 attention as two matrix products (Chapter 20).
+Whether this CPU multiplies bfloat16 matrices in hardware (Chapter 20).
+
+On a CPU with bfloat16 matrix instructions, bfloat16 attention as two matrix products (Chapter 21).
 
 Exported from the chapters
 
@@ -313,7 +315,7 @@ class MultiHeadAttention(nn.Module):
             if average_attn_weights:
                 weights = weights.mean(dim=1)
         elif mask is None and q.dtype == torch.bfloat16 and q.device.type == "cpu" and cpu_has_bfloat16_matmul():
-            y, weights = _matmul_attention(q, k, v, is_causal, dropout_p), None  # timed in Chapter 20
+            y, weights = _matmul_attention(q, k, v, is_causal, dropout_p), None  # timed in Chapter 21
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
             weights = None
