@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -204,6 +205,41 @@ def test_config_file_sets_the_model(tmp_path, data_file, capsys):
     stored = load_checkpoint(tmp_path / "run" / "ckpt.pt")["model_config"]
     assert (stored["n_layer"], stored["n_embd"], stored["block_size"]) == (1, 16, 8)
     assert stored["vocab_size"] == len(set(TEXT))
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_train_under_torchrun_matches_one_process_with_the_global_batch(tmp_path, data_file, capsys):
+    """Chapter 16's claim: the command runs unchanged under torchrun (2 gloo processes on the CPU).
+
+    2 processes x --batch-size 4 against 1 process x --batch-size 8, 4 steps of the tiny GPT without
+    biases: weights to atol 1e-6 and losses to 1e-5, as tests/test_training.py's DDP test argues (its
+    docstring gives the tolerance and why the biases are left out). Only rank 0 prints and writes.
+    """
+    config = tmp_path / "model.json"
+    fields = GPTConfig.from_preset("tiny", bias=False).to_dict()
+    config.write_text(json.dumps({k: v for k, v in fields.items() if k != "vocab_size"}))
+    args = ["train", "--data", data_file, "--config", config, "--max-steps", 4, *FAST[2:]]  # FAST[:2]: --preset
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ddp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+         f"--master_port={port}", "-m", "transformer_lib", *map(str, args), "--out", str(tmp_path / "ddp")],
+        capture_output=True, text=True, timeout=PROCESS_TIMEOUT)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert ddp.stdout.count("4 of 4 steps in float32:") == 1, ddp.stdout  # rank 0 alone reports
+    status, _, err = run_main(capsys, *args, "--batch-size", 8, "--out", tmp_path / "one")
+    assert status == 0, err
+    files = sorted([CHECKPOINT_FILE, METRICS_FILE, RUN_FILE, TOKENIZER_FILE])
+    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == files
+    assert [json.loads(line)["step"] for line in (tmp_path / "ddp" / METRICS_FILE).read_text().splitlines()] == [0, 4]
+    ckpt, single = load_checkpoint(tmp_path / "ddp" / CHECKPOINT_FILE), load_checkpoint(tmp_path / "one" / CHECKPOINT_FILE)
+    assert ckpt["step"] == single["step"] == 4 and ckpt["model"].keys() == single["model"].keys()
+    for name, value in single["model"].items():
+        torch.testing.assert_close(ckpt["model"][name], value, atol=1e-6, rtol=0, msg=name)
+    losses = [torch.tensor([h["loss"] for h in c["metrics"]["history"]]) for c in (ckpt, single)]
+    torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=0)
 
 
 # ---------------------------------------------------------------- interruption and resume
