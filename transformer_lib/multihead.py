@@ -3,7 +3,7 @@
 """Multi-head attention: :func:`split_heads`, :func:`merge_heads` and :class:`MultiHeadAttention`
 (self- and cross-attention, masks, rotary positions).
 
-Whether this CPU multiplies bfloat16 matrices in hardware (Chapter 20).
+Whether this CPU multiplies bfloat16 matrices in hardware (Chapters 20, 21).
 
 On a CPU with bfloat16 matrix instructions, bfloat16 attention as two matrix products (Chapter 21).
 
@@ -379,7 +379,8 @@ class MultiHeadAttention(nn.Module):
 def cpu_has_bfloat16_matmul() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX), as PyTorch detects it.
 
-    Without such instructions a bfloat16 matmul is emulated and the fused attention kernel is faster.
+    Without such instructions a bfloat16 matmul is emulated and slower than float32 (Muon's
+    ``ns_dtype="auto"`` follows this answer, and so does Chapter 21's attention).
     """
     return _CPU_BF16_MATMUL
 
